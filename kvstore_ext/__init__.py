@@ -1,0 +1,19 @@
+"""kvstore_ext: layer-aware gradient compression for MXNet's distributed KVStore.
+
+``import kvstore_ext`` loads the C++ plugin's operators into MXNet and registers the
+kvstore types ``dist_sync_<scheme>`` (see ``kvstore_types()``), usable as
+``gluon.Trainer(..., kvstore='dist_sync_hylo', compression_params={...})``.
+"""
+from . import _lib
+from .errors import NonFiniteGradientError, PayloadError
+from .registry import register_scheme, kvstore_types, SCHEMES
+from .schemes import BUILTIN as _BUILTIN_SCHEMES
+
+__version__ = '0.1.0'
+
+_lib.try_load()
+for _scheme in _BUILTIN_SCHEMES:
+    register_scheme(_scheme)
+
+__all__ = ['register_scheme', 'kvstore_types', 'SCHEMES', 'NonFiniteGradientError',
+           'PayloadError']

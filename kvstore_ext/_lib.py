@@ -1,0 +1,53 @@
+"""Find and load the C++ plugin (libkvx_ops.so) into MXNet, once per process.
+
+Why a search: the library is installed inside the package, but the package may be
+imported from a source checkout (``python -m kvstore_ext.launch`` run from the repo
+root), whose folder has no compiled library; then the installed build is used.
+
+Server processes import this module while ``mxnet`` is only partly imported (the
+server loop starts inside ``import mxnet``), so only submodules are imported here.
+"""
+import os
+import sys
+
+LIBRARY_NAME = 'libkvx_ops.so'
+_loaded = None
+_missing = None
+
+
+def library_path():
+    """Path of the plugin: $KVSTORE_EXT_LIBRARY, the package folder, or an installed copy."""
+    override = os.environ.get('KVSTORE_EXT_LIBRARY')
+    if override:
+        return override
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.path.join(here, LIBRARY_NAME)]
+    candidates += [os.path.join(p, 'kvstore_ext', LIBRARY_NAME) for p in sys.path if p]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise ImportError(
+        'kvstore_ext: the C++ plugin %s was not found next to %s nor in any installed '
+        'kvstore_ext on sys.path. Build and install the package first: `make install` '
+        '(or `pip install --no-build-isolation .`).' % (LIBRARY_NAME, here))
+
+
+def load():
+    """Register the plugin's operators with MXNet (idempotent) and return its path."""
+    global _loaded
+    if _loaded is None:
+        from mxnet import library
+        path = library_path()
+        library.load(path, verbose=False)
+        _loaded = path
+    return _loaded
+
+
+def try_load():
+    """``load`` at import time; if the library is missing, remember why and let the
+    import succeed (the launcher needs no plugin): the first operator use raises."""
+    global _missing
+    try:
+        load()
+    except ImportError as err:
+        _missing = err

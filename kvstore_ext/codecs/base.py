@@ -1,0 +1,113 @@
+"""The codec interface: encode one tensor, decode payloads, wrapping the C++ operators.
+
+One codec instance per tensor (or chunk of a tensor), so it knows the shape and the
+parameters its encoder needs. Two families, chosen by ``additive``:
+
+* server-decode codecs (``additive = False``): ``encode`` gives a float32 payload with
+  a self-describing header (python/kvx_ref/wire.py); ``decode_add`` needs only the
+  payload and an accumulator, which is what lets a parameter server decode payloads
+  it knows nothing else about;
+* additive codecs (``additive = True``): ``encode_sum`` gives an array whose sum over
+  workers, formed by the stock server, ``decode_sum`` turns into the float32 sum.
+  They may first need a tiny agreement round (``agreement_words > 0``).
+
+Every integer in a payload is an exact float, so payloads survive the server's merge.
+"""
+import numpy as np
+
+from ..errors import NonFiniteGradientError, PayloadError, status_message
+
+HEADER_WORDS = 8
+
+
+class Codec:
+    """Base class; see the module docstring for the two families."""
+
+    name = None
+    codec_id = None          # set by registry.register_codec (server-decode codecs)
+    uses_residual = True
+    additive = False
+    agreement_words = 0
+    decode_add_op = None
+    chunk_by_rows = False    # True: chunks are ranges of the first axis (filters)
+
+    def __init__(self, shape):
+        self.shape = tuple(int(d) for d in shape)
+        self.size = int(np.prod(self.shape)) if self.shape else 1
+
+    # -- chunking: large tensors travel as chunks that decode on their own ---------
+    def chunk_layout(self):
+        """(rows, elements per row) along which the tensor may be cut."""
+        if self.chunk_by_rows:
+            return self.shape[0], self.size // self.shape[0]
+        return self.size, 1
+
+    def chunk(self, start, stop):
+        """Codec for rows [start, stop) of ``chunk_layout``."""
+        raise NotImplementedError
+
+    # -- server-decode family -------------------------------------------------------
+    def payload_words(self):
+        """Length (float32 words) of one worker's payload: fixed per tensor."""
+        raise NotImplementedError
+
+    def encode(self, grad, residual):
+        """Payload of ``grad + residual``; updates ``residual`` in place.
+
+        Raises NonFiniteGradientError (residual untouched) on NaN/Inf."""
+        raise NotImplementedError
+
+    @classmethod
+    def decode_add(cls, payload, acc):
+        """``acc += decoded payload``; raises PayloadError on a malformed payload."""
+        from ..ops import op
+        check_decoded(op(cls.decode_add_op)(payload, acc))
+
+    @classmethod
+    def decode_shape(cls, header):
+        """Shape of the accumulator a payload decodes into, from its header alone."""
+        from ..aggregate import element_count
+        return (element_count(header),)
+
+    def decode(self, payload):
+        from mxnet import ndarray
+        out = ndarray.zeros(self.shape, dtype=np.float32)
+        self.decode_add(payload, out)
+        return out
+
+    # -- additive family ------------------------------------------------------------
+    sum_dtype = np.float32
+
+    def sum_words(self, num_workers):
+        raise NotImplementedError
+
+    def agreement(self, grad, residual):
+        """Small float32 array each worker contributes; the sum is what all agree on."""
+        raise NotImplementedError
+
+    def encode_sum(self, grad, residual, num_workers, agreed=None):
+        raise NotImplementedError
+
+    def decode_sum(self, summed, num_workers, agreed=None):
+        raise NotImplementedError
+
+    def describe(self):
+        return self.name
+
+    def __repr__(self):
+        return '%s(%s, shape=%s)' % (type(self).__name__, self.describe(), self.shape)
+
+
+def check_encoded(status, what='gradient'):
+    """Raise if an encoder reported a non-finite input (status: 1-element NDArray)."""
+    code = int(status.asscalar())
+    if code:
+        raise NonFiniteGradientError(
+            '%s: %s; nothing was sent and the residual is unchanged'
+            % (what, status_message(code)))
+
+
+def check_decoded(status, what='payload'):
+    code = int(status.asscalar())
+    if code:
+        raise PayloadError('%s rejected: %s' % (what, status_message(code)))

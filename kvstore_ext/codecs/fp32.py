@@ -1,0 +1,37 @@
+"""No compression: float32 as it is. Additive, so in a distributed run the stock
+server sums it (like MXNet's dist_sync); behind the common header it can also travel
+as a server-decoded payload."""
+from .base import Codec, HEADER_WORDS, check_encoded
+from ..ops import op
+from .registry import register_codec
+
+
+class FP32Codec(Codec):
+    name = 'fp32'
+    uses_residual = False
+    additive = True
+    decode_add_op = 'kvx_fp32_decode_add'
+
+    def chunk(self, start, stop):
+        return FP32Codec((stop - start,))
+
+    def payload_words(self):
+        return HEADER_WORDS + self.size
+
+    def encode(self, grad, residual=None):
+        payload, status = op('kvx_fp32_encode')(grad.reshape((-1,)))
+        check_encoded(status)
+        return payload
+
+    def sum_words(self, num_workers):
+        return self.size
+
+    def encode_sum(self, grad, residual, num_workers, agreed=None):
+        check_encoded(op('kvx_finite_check')(grad))
+        return grad.reshape((-1,))
+
+    def decode_sum(self, summed, num_workers, agreed=None):
+        return summed.reshape(self.shape)
+
+
+register_codec(1, FP32Codec)

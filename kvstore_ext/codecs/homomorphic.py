@@ -1,0 +1,117 @@
+"""Hylo's homomorphic variant (after THC): payloads the stock server can simply add.
+
+Workers first agree, in a tiny sum-mode round, on what makes their payloads additive:
+
+* FC (ternary): each worker contributes ``sum|acc|``; all then use
+  ``t = scale * total / (num_workers * n)``, the mean of the thresholds each would
+  have chosen alone. Codes + 1 are packed as base-(2n+1) digits in float64 words, so
+  the server's float64 sum is exactly the packing of the summed codes + n.
+* Conv (filter selection): each worker contributes its per-filter scores (squared
+  L2 norms of ``acc``); all pick the same top-k filters of the summed scores and
+  send only their values (no indices), which add.
+
+The pull then stays compressed (two-way compression): decoding happens on workers.
+"""
+import math
+
+import numpy as np
+
+from .base import Codec, check_encoded
+from ..ops import op, shape_attr
+
+
+def digits_per_float64(base):
+    """Largest D with base**D <= 2**53, so every packed word is an exact integer."""
+    digits, power = 0, 1
+    while power * base <= 1 << 53:
+        power *= base
+        digits += 1
+    return digits
+
+
+class HomTernaryCodec(Codec):
+    name = 'ternary-sum'
+    additive = True
+    sum_dtype = np.float64
+
+    def __init__(self, shape, scale=1.0, threshold=0.0):
+        super().__init__(shape)
+        self.scale, self.threshold = float(scale), float(threshold)
+        self.agreement_words = 0 if self.threshold > 0 else 1
+
+    def chunk(self, start, stop):
+        return type(self)((stop - start,), self.scale, self.threshold)
+
+    def sum_words(self, num_workers):
+        return -(-self.size // digits_per_float64(2 * num_workers + 1))
+
+    def agreement(self, grad, residual):
+        from mxnet import ndarray
+        return ndarray.abs(grad + residual).sum().reshape((1,))
+
+    def agreed_threshold(self, num_workers, agreed):
+        """float32 t, computed identically on every worker from the pulled total."""
+        if self.threshold > 0:
+            return float(np.float32(self.threshold))
+        total = float(agreed.asscalar())
+        return float(np.float32(self.scale * total / (num_workers * self.size)))
+
+    def encode_sum(self, grad, residual, num_workers, agreed=None):
+        t = self.agreed_threshold(num_workers, agreed)
+        if not math.isfinite(t):
+            t = 0.0   # a worker sent NaN/Inf; the encoder below reports ours, if any
+        words, status = op('kvx_ternary_encode_sum')(grad, residual, threshold=t,
+                                                     num_workers=num_workers)
+        check_encoded(status)
+        return words
+
+    def decode_sum(self, summed, num_workers, agreed=None):
+        t = self.agreed_threshold(num_workers, agreed)
+        return op('kvx_ternary_decode_sum')(summed, threshold=t, num_workers=num_workers,
+                                            shape=shape_attr(self.shape))
+
+    def describe(self):
+        return 'ternary (additive), t agreed'
+
+
+class HomTopKCodec(Codec):
+    name = 'topk-sum'
+    additive = True
+    chunk_by_rows = True
+
+    def __init__(self, shape, k):
+        super().__init__(shape)
+        self.k = int(k)
+        self.filter_size = self.size // self.shape[0]
+        self.agreement_words = self.shape[0]
+
+    def chunk(self, start, stop):
+        filters = stop - start
+        k = min(max(math.ceil(self.k * filters / self.shape[0]), 1), filters)
+        return type(self)((filters,) + self.shape[1:], k)
+
+    def sum_words(self, num_workers):
+        return self.k * self.filter_size
+
+    def agreement(self, grad, residual):
+        return op('kvx_filter_scores')(grad + residual)
+
+    def agreed_filters(self, agreed):
+        """The k filters with the largest summed scores, ties to the lower index."""
+        scores = agreed.asnumpy().astype(np.float64)
+        scores[~np.isfinite(scores)] = np.inf
+        order = np.lexsort((np.arange(scores.size), -scores))
+        from mxnet import ndarray
+        return ndarray.array(np.sort(order[:self.k]), dtype=np.float32)
+
+    def encode_sum(self, grad, residual, num_workers, agreed=None):
+        values, status = op('kvx_topk_gather')(grad, residual, self.agreed_filters(agreed))
+        check_encoded(status)
+        return values
+
+    def decode_sum(self, summed, num_workers, agreed=None):
+        return op('kvx_topk_scatter')(summed, self.agreed_filters(agreed),
+                                      shape=shape_attr(self.shape))
+
+    def describe(self):
+        return 'top %d of %d filters (additive, agreed)' % (self.k, self.shape[0])

@@ -1,0 +1,52 @@
+"""Hylo's conv codec: send the k output filters of ``grad + residual`` with the largest
+L2 norms (indices + float32 values); the other filters stay in the residual."""
+import math
+
+from .base import Codec, HEADER_WORDS, check_encoded
+from ..ops import op
+from .registry import register_codec
+
+
+class FilterTopKCodec(Codec):
+    name = 'topk'
+    decode_add_op = 'kvx_topk_decode_add'
+    chunk_by_rows = True
+
+    def __init__(self, shape, k):
+        super().__init__(shape)
+        filters = self.shape[0]
+        if not 1 <= int(k) <= filters:
+            raise ValueError('k must be between 1 and the %d filters, got %r' % (filters, k))
+        self.k = int(k)
+        self.filter_size = self.size // filters
+
+    def chunk(self, start, stop):
+        """A chunk of filters sends the same share of its filters (at least one)."""
+        filters = stop - start
+        k = min(max(math.ceil(self.k * filters / self.shape[0]), 1), filters)
+        return type(self)((filters,) + self.shape[1:], k)
+
+    @classmethod
+    def decode_shape(cls, header):
+        """(filters, filter size): the op needs the filter layout, given by header word 6."""
+        from ..aggregate import element_count
+        from ..errors import PayloadError
+        size, filter_size = element_count(header), float(header[6])
+        if not (filter_size == int(filter_size) and filter_size >= 1
+                and size % int(filter_size) == 0):
+            raise PayloadError('bad filter size %r in header' % filter_size)
+        return size // int(filter_size), int(filter_size)
+
+    def payload_words(self):
+        return HEADER_WORDS + self.k + self.k * self.filter_size
+
+    def encode(self, grad, residual):
+        payload, status = op('kvx_topk_encode')(grad, residual, k=self.k)
+        check_encoded(status)
+        return payload
+
+    def describe(self):
+        return 'top %d of %d filters' % (self.k, self.shape[0])
+
+
+register_codec(2, FilterTopKCodec)

@@ -1,0 +1,69 @@
+"""Typed, validated scheme parameters (what Gluon's ``compression_params`` sets).
+
+Why not strings: BytePS passes parameters as whitespace-joined strings and finds
+mistakes at run time, if at all. Here every key is declared with a type, a default
+and a check, and a wrong key or value fails when the parameters are set.
+"""
+import numbers
+
+
+class Param:
+    """One parameter: kind ('int', 'float', 'str'), default, allowed range or choices."""
+
+    def __init__(self, kind, default, doc, low=None, high=None, low_open=False,
+                 choices=None, optional=False):
+        self.kind, self.default, self.doc = kind, default, doc
+        self.low, self.high, self.low_open = low, high, low_open
+        self.choices, self.optional = choices, optional
+
+    def convert(self, name, value):
+        if value is None and self.optional:
+            return None
+        if self.kind == 'str':
+            if not isinstance(value, str) or value not in self.choices:
+                raise ValueError('%s must be one of %s, got %r'
+                                 % (name, ', '.join(map(repr, self.choices)), value))
+            return value
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError('%s must be a number, got %r' % (name, value))
+        if self.kind == 'int':
+            if int(value) != value:
+                raise ValueError('%s must be a whole number, got %r' % (name, value))
+            value = int(value)
+        else:
+            value = float(value)
+        if value != value:
+            raise ValueError('%s must not be NaN' % name)
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            raise ValueError('%s must be %s %s, got %r'
+                             % (name, '>' if self.low_open else '>=', self.low, value))
+        if self.high is not None and value > self.high:
+            raise ValueError('%s must be <= %s, got %r' % (name, self.high, value))
+        return value
+
+
+def validate(spec, given, scheme_name):
+    """Defaults overlaid with ``given``; unknown keys and bad values raise ValueError.
+
+    A 'type' key (as in MXNet's ``{'type': '2bit', ...}``) is accepted when it names
+    this scheme, so the same dict style works.
+    """
+    given = dict(given or {})
+    kind = given.pop('type', scheme_name)
+    if kind != scheme_name:
+        raise ValueError("compression type %r does not match this kvstore's scheme %r"
+                         % (kind, scheme_name))
+    unknown = sorted(set(given) - set(spec))
+    if unknown:
+        raise ValueError('unknown compression parameter(s) for %s: %s; known: %s'
+                         % (scheme_name, ', '.join(unknown), ', '.join(sorted(spec))))
+    out = {name: p.default for name, p in spec.items()}
+    for name, value in given.items():
+        out[name] = spec[name].convert(name, value)
+    return out
+
+
+def describe(spec):
+    """One line per parameter, for --help texts and docs."""
+    return '\n'.join('  %-16s %s (default %r)' % (name, p.doc, p.default)
+                     for name, p in spec.items())

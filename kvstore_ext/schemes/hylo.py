@@ -1,0 +1,82 @@
+"""Hylo: hybrid, layer-aware gradient compression (see shared/papers/hylo.md).
+
+Per tensor, after the worker has summed its devices, with ``acc = grad + residual``:
+
+1. **Size threshold.** Tensors with fewer than ``size_threshold`` elements (biases,
+   batch-norm parameters, small layers) are sent uncompressed: their cost is small
+   and compressing them hurts accuracy most.
+2. **Conv weights** (3-D and more; output filters first): each output filter is
+   scored by the L2 norm of its slice of ``acc``; the top ``k = ceil(rate * O)``
+   filters are sent (indices + float32 values) and the others stay in the residual.
+   The rate is layer-adaptive, smaller for larger layers::
+
+       rate(n) = clip(conv_rate_max * sqrt(size_threshold / n), conv_rate_min, conv_rate_max)
+
+   so a layer at the threshold sends ``conv_rate_max`` of its filters and a layer 100x
+   larger a tenth of that (at least ``conv_rate_min``). ``conv_rate`` fixes the rate
+   for every conv layer instead.
+3. **FC weights** (2-D) and any other large tensor (1-D): the threshold adapts to the
+   overall magnitude each step, ``t = fc_scale * mean|acc|`` (``fc_threshold > 0``
+   fixes it instead); each value becomes 0, +t or -t (2 bits of information, packed as
+   base-3 digits); the quantisation error stays in the residual.
+4. **Aggregation** (``aggregation='server'``, the paper's design): the parameter
+   server decodes every worker's payload to float32 and sums; workers pull float32.
+   ``aggregation='homomorphic'`` is the additive variant (workers agree on t and the
+   filter set so that the server can add payloads; see docs/DESIGN.md).
+"""
+import math
+
+import numpy as np
+
+from .base import Scheme
+from ..codecs import FilterTopKCodec, TernaryCodec, HomTernaryCodec, HomTopKCodec
+from ..params import Param
+
+
+class Hylo(Scheme):
+    name = 'hylo'
+    PARAMS = {
+        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
+                                low=0),
+        'conv_rate': Param('float', None, 'fixed share of filters sent per conv layer '
+                           '(overrides conv_rate_min/max)', low=0, low_open=True, high=1,
+                           optional=True),
+        'conv_rate_min': Param('float', 0.02, 'smallest layer-adaptive conv rate',
+                               low=0, low_open=True, high=1),
+        'conv_rate_max': Param('float', 0.1, 'conv rate of a layer at the size threshold',
+                               low=0, low_open=True, high=1),
+        'fc_scale': Param('float', 1.0, 'FC threshold t = fc_scale * mean|acc|',
+                          low=0, low_open=True),
+        'fc_threshold': Param('float', 0.0, 'fixed FC threshold if > 0 (else adaptive)',
+                              low=0),
+        'aggregation': Param('str', 'server', "'server' (decode at the server, as the "
+                             "paper) or 'homomorphic' (additive payloads)",
+                             choices=('server', 'homomorphic')),
+    }
+
+    def check(self, params):
+        if params['conv_rate_min'] > params['conv_rate_max']:
+            raise ValueError('conv_rate_min (%g) must not exceed conv_rate_max (%g)'
+                             % (params['conv_rate_min'], params['conv_rate_max']))
+
+    def conv_rate(self, size):
+        p = self.params
+        if p['conv_rate'] is not None:
+            return p['conv_rate']
+        rate = p['conv_rate_max'] * math.sqrt(max(p['size_threshold'], 1) / size)
+        return min(max(rate, p['conv_rate_min']), p['conv_rate_max'])
+
+    def conv_k(self, shape):
+        filters = shape[0]
+        k = math.ceil(self.conv_rate(int(np.prod(shape))) * filters)
+        return min(max(k, 1), filters)
+
+    def codec_for(self, shape, dtype):
+        size = int(np.prod(shape)) if len(shape) else 1
+        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+            return self.uncompressed(shape, dtype)
+        additive = self.params['aggregation'] == 'homomorphic'
+        if len(shape) >= 3:
+            return (HomTopKCodec if additive else FilterTopKCodec)(shape, self.conv_k(shape))
+        return (HomTernaryCodec if additive else TernaryCodec)(
+            shape, scale=self.params['fc_scale'], threshold=self.params['fc_threshold'])

@@ -1,0 +1,10 @@
+"""No compression through the plugin path: the baseline for the plugin's own overhead."""
+from .base import Scheme
+
+
+class NoCompression(Scheme):
+    name = 'none'
+    PARAMS = {}
+
+    def codec_for(self, shape, dtype):
+        return self.uncompressed(shape, dtype)

@@ -1,0 +1,23 @@
+"""MXNet's built-in 2-bit scheme (fixed threshold, error feedback) as a plugin scheme.
+
+Same maths as ``set_gradient_compression({'type': '2bit', 'threshold': t})``: values
+at or beyond +-t send +-t, the rest stays in the residual; every float32 tensor is
+compressed, whatever its size. Unlike MXNet's, it works with Gluon's ``pushpull``.
+"""
+import numpy as np
+
+from .base import Scheme
+from ..codecs import TernaryCodec
+from ..params import Param
+
+
+class TwoBit(Scheme):
+    name = '2bit'
+    PARAMS = {
+        'threshold': Param('float', 0.5, 'fixed quantisation threshold t', low=0, low_open=True),
+    }
+
+    def codec_for(self, shape, dtype):
+        if np.dtype(dtype) != np.float32:
+            return self.uncompressed(shape, dtype)
+        return TernaryCodec(shape, threshold=self.params['threshold'])

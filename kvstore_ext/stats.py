@@ -1,0 +1,30 @@
+"""Byte accounting of this worker's traffic (what ``kv.comm_stats()`` returns)."""
+
+
+class CommStats:
+    """raw_bytes: what float32 pushes of the same gradients would have sent.
+    push_bytes / pull_bytes: payload bytes this worker pushed / pulled.
+    steps: training steps (the most pushes any one key has seen)."""
+
+    def __init__(self):
+        self.raw_bytes = self.push_bytes = self.pull_bytes = 0
+        self._pushes = {}
+
+    def record(self, key, raw, pushed, pulled):
+        self.raw_bytes += int(raw)
+        self.push_bytes += int(pushed)
+        self.pull_bytes += int(pulled)
+        self._pushes[key] = self._pushes.get(key, 0) + 1
+
+    def as_dict(self):
+        return {'raw_bytes': self.raw_bytes, 'push_bytes': self.push_bytes,
+                'pull_bytes': self.pull_bytes,
+                'steps': max(self._pushes.values()) if self._pushes else 0}
+
+    def state(self):
+        return dict(self.as_dict(), pushes=dict(self._pushes))
+
+    def restore(self, state):
+        self.raw_bytes, self.push_bytes = state['raw_bytes'], state['push_bytes']
+        self.pull_bytes = state['pull_bytes']
+        self._pushes = dict(state['pushes'])

@@ -1,0 +1,229 @@
+"""The KVStore plugin: what Gluon's Trainer talks to as ``kvstore='dist_sync_<scheme>'``.
+
+One ``pushpull`` for one key:
+
+1. sum the worker's devices (on CPU, where the kernels run);
+2. the scheme's policy picks the tensor's codec (once per key);
+3. the codec encodes ``grad + residual`` (C++ op; the residual is updated in place);
+4. the transport exchanges payloads and returns the float32 sum over workers;
+5. the sum is written to every device's output.
+
+Gluon calls ``pushpull`` with ``update_on_kvstore=False`` (``is_capable('optimizer')``
+is False), so the optimizer runs on the workers on the summed gradient, exactly as
+with MXNet's ``dist_sync`` and ``update_on_kvstore=False``.
+"""
+import numpy as np
+
+from mxnet.kvstore import KVStoreBase
+from mxnet import ndarray
+from mxnet.context import cpu
+
+from . import chunking
+from .memory import ResidualMemory
+from .stats import CommStats
+
+_FLOAT_TYPES = (np.float16, np.float32, np.float64)
+
+
+class _KeyState:
+    """What the store knows about one key: shape, dtype, codec, chunks and residual."""
+
+    def __init__(self, key, shape, dtype):
+        self.key, self.shape, self.dtype = key, shape, dtype
+        self.codec = self.chunks = self.residual = None
+
+
+def _as_list(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+class CompressedKVStore(KVStoreBase):
+    """Base of every registered ``dist_sync_<scheme>`` type (see registry.py).
+
+    Subclasses set ``scheme_class``. Started by a launcher (``DMLC_ROLE=worker``) it
+    uses MXNet's parameter server; otherwise it is rank 0 of 1 in this process and
+    still encodes and decodes every gradient.
+    """
+
+    scheme_class = None
+
+    def __init__(self):
+        from .transport import create_transport
+        self._scheme = self.scheme_class()
+        self._transport = create_transport(self)
+        self._keys = {}
+        self._memory = ResidualMemory()
+        self._stats = CommStats()
+
+    # -- identity -------------------------------------------------------------------
+    @property
+    def type(self):
+        return type(self).__name__.lower()
+
+    @property
+    def rank(self):
+        return self._transport.rank
+
+    @property
+    def num_workers(self):
+        return self._transport.num_workers
+
+    @property
+    def scheme(self):
+        return self._scheme
+
+    @staticmethod
+    def is_capable(capability):
+        if capability.lower() == KVStoreBase.OPTIMIZER:
+            return False
+        raise ValueError('Unknown capability: {}'.format(capability))
+
+    # -- configuration --------------------------------------------------------------
+    def set_gradient_compression(self, compression_params):
+        """Set the scheme's parameters (Gluon's ``compression_params``).
+
+        Unknown keys and invalid values raise ValueError/TypeError. Only before the
+        first ``pushpull``: codecs and residuals depend on the parameters.
+        """
+        if any(state.codec is not None for state in self._keys.values()):
+            raise RuntimeError('set_gradient_compression must be called before the first '
+                               'pushpull: codecs and residuals already exist')
+        self._scheme = self.scheme_class(**(compression_params or {}))
+        self._transport.configure(self._scheme)
+
+    def set_optimizer(self, optimizer):
+        raise NotImplementedError(
+            '%s sums gradients; the optimizer runs on the workers '
+            '(Gluon does this by itself: is_capable("optimizer") is False)' % self.type)
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        raise NotImplementedError('no optimizer runs in %s; use save_compression_state '
+                                  'for the residuals' % self.type)
+
+    def load_optimizer_states(self, fname):
+        raise NotImplementedError('no optimizer runs in %s; use load_compression_state '
+                                  'for the residuals' % self.type)
+
+    # -- data path ------------------------------------------------------------------
+    def broadcast(self, key, value, out, priority=0):
+        """Rank 0's ``value`` becomes every rank's ``out``; also declares the key."""
+        if isinstance(key, (list, tuple)):
+            for k, v, o in zip(key, value, out):
+                self.broadcast(k, v, o, priority)
+            return
+        self._check_key(key)
+        value = value[0] if isinstance(value, (list, tuple)) else value
+        self._declare(key, value)
+        result = self._transport.broadcast(key, value.as_in_context(cpu()))
+        for o in _as_list(out):
+            self._check_out(key, o)
+            result.copyto(o)
+
+    def pushpull(self, key, value, out=None, priority=0):
+        """Sum ``value`` over devices and workers (compressed) into ``out`` or ``value``."""
+        if isinstance(key, (list, tuple)):
+            outs = out if out is not None else [None] * len(key)
+            for k, v, o in zip(key, value, outs):
+                self.pushpull(k, v, o, priority)
+            return
+        self._check_key(key)
+        values = _as_list(value)
+        outs = values if out is None else _as_list(out)
+        state = self._declare(key, values[0])
+        for v in values:
+            self._check_value(key, v, state)
+        for o in outs:
+            self._check_out(key, o)
+        grad = self._sum_devices(values)
+        summed = self._exchange(state, grad)
+        for o in outs:
+            summed.copyto(o)
+
+    def _exchange(self, state, grad):
+        if state.codec is None:
+            state.codec = self._scheme.codec_for(state.shape, state.dtype)
+            state.chunks = chunking.split(state.codec, self._scheme.params['chunk_size'])
+            if state.codec.uses_residual:
+                state.residual = self._memory.get(state.key, state.shape)
+            self._transport.declare(state.key, state.chunks)
+        if state.dtype != np.float32:
+            grad = grad.astype(np.float32)
+        summed, pushed, pulled = self._transport.pushpull(state.key, state.chunks, grad,
+                                                          state.residual)
+        self._stats.record(state.key, grad.size * 4, pushed, pulled)
+        return summed if state.dtype == np.float32 else summed.astype(state.dtype)
+
+    @staticmethod
+    def _sum_devices(values):
+        """The worker's devices summed on CPU (a fresh array: inputs stay as they are)."""
+        total = values[0].copyto(cpu())
+        for v in values[1:]:
+            total += v.as_in_context(cpu())
+        return total
+
+    # -- checks ---------------------------------------------------------------------
+    @staticmethod
+    def _check_key(key):
+        if isinstance(key, bool) or not isinstance(key, (int, str)):
+            raise TypeError('kvstore keys are int or str, got %r' % (key,))
+
+    def _declare(self, key, value):
+        state = self._keys.get(key)
+        if state is None:
+            dtype = np.dtype(value.dtype)
+            if dtype not in [np.dtype(t) for t in _FLOAT_TYPES]:
+                raise TypeError('key %r: dtype %s cannot be summed by the parameter server '
+                                '(float16/32/64 only)' % (key, dtype))
+            if value.stype != 'default':
+                raise TypeError('key %r: %s arrays are not supported; %s handles dense '
+                                'gradients' % (key, value.stype, self.type))
+            state = _KeyState(key, tuple(value.shape), dtype)
+            self._keys[key] = state
+        return state
+
+    @staticmethod
+    def _check_value(key, value, state):
+        if tuple(value.shape) != state.shape or np.dtype(value.dtype) != state.dtype:
+            raise ValueError('key %r holds %s %s, got %s %s' % (
+                key, state.shape, state.dtype, tuple(value.shape), np.dtype(value.dtype)))
+
+    def _check_out(self, key, out):
+        state = self._keys[key]
+        if tuple(out.shape) != state.shape:
+            raise ValueError('key %r: output shape %s does not match %s'
+                             % (key, tuple(out.shape), state.shape))
+
+    # -- observability and state ----------------------------------------------------
+    def comm_stats(self):
+        """Cumulative bytes of this worker: raw (float32 equivalent), pushed, pulled."""
+        return self._stats.as_dict()
+
+    def codec_plan(self):
+        """{key: codec description} for the keys seen so far."""
+        return {k: (s.codec.describe() if s.codec else None) for k, s in self._keys.items()}
+
+    def save_compression_state(self, fname):
+        """Save this worker's residuals and byte counters (one file per worker)."""
+        import json
+        arrays = self._memory.state()
+        arrays['__meta__'] = ndarray.array(
+            np.frombuffer(json.dumps({'type': self.type, 'rank': self.rank,
+                                      'params': self._scheme.params,
+                                      'stats': self._stats.state()}).encode(), np.uint8),
+            dtype=np.uint8)
+        ndarray.save(fname, arrays)
+
+    def load_compression_state(self, fname):
+        """Restore what ``save_compression_state`` wrote; before the first pushpull."""
+        import json
+        if any(state.codec is not None for state in self._keys.values()):
+            raise RuntimeError('load_compression_state must come before the first pushpull')
+        arrays = ndarray.load(fname)
+        meta = json.loads(arrays.pop('__meta__').asnumpy().tobytes().decode())
+        if meta['type'] != self.type or meta['rank'] != self.rank:
+            raise ValueError('%s holds the state of %s rank %d, not of %s rank %d (residuals '
+                             'belong to one worker)' % (fname, meta['type'], meta['rank'],
+                                                        self.type, self.rank))
+        self.set_gradient_compression(meta['params'])
+        self._memory.restore(arrays)
+        self._stats.restore(meta['stats'])

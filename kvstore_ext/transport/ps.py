@@ -1,0 +1,165 @@
+"""Transport over MXNet's parameter server (ps-lite) with ``dist_sync`` semantics.
+
+Every chunk of every tensor is a key of an inner native ``dist_sync`` kvstore, in
+one of two modes, chosen by the chunk's codec:
+
+* **sum mode** (additive codecs: float32 pass-through, homomorphic payloads): a dense
+  key; each worker pushes its payload, the stock server adds them, the pull returns
+  the sum, decoded on the worker. Codecs that need an agreement first (the
+  homomorphic ones) do a tiny sum-mode round on a second key before encoding.
+* **server-decode mode** (the paper's design): a ``row_sparse`` key with a slot of
+  ``rows_per_slot`` rows per worker; each worker pushes only its slot, so the merge is
+  a gather and the server-side aggregator (transport/server.py) sees every worker's
+  payload, decodes and sums them, and writes the float32 sum into the first rows,
+  which workers fetch with ``row_sparse_pull``.
+
+``dist_sync`` makes both exact: a server answers pulls of a key only after the
+round's update, and no worker's next push can merge into a finished round.
+
+Keys are numbered in the order tensors are first seen, which Gluon makes identical
+on every worker; consecutive keys land on consecutive servers (MXNet places a small
+key on server ``key * 9973 % num_servers``), so chunks spread evenly. MXNet's own
+slicing of big arrays is switched off (``MXNET_KVSTORE_BIGARRAY_BOUND``): chunking
+is ours, so that no payload is ever cut where it cannot be decoded.
+"""
+import os
+
+import numpy as np
+
+from ..chunking import assemble
+from .server import ServerAggregator
+
+ROW_WIDTH = 1024          # floats per row of a server-decode key
+_NO_SLICING = str(2 ** 31 - 1)
+
+
+class _SumKey:
+    """A dense key for an additive chunk: push payload, pull the sum."""
+
+    def __init__(self, kv, key, codec, num_workers, agreement_key):
+        from mxnet import ndarray
+        self.key, self.codec = key, codec
+        self.words = codec.sum_words(num_workers)
+        self.pulled = ndarray.zeros((self.words,), dtype=codec.sum_dtype)
+        kv.init(key, ndarray.zeros((self.words,), dtype=codec.sum_dtype))
+        self.agreement_key = agreement_key
+        if agreement_key is not None:
+            self.agreed = ndarray.zeros((codec.agreement_words,), dtype=np.float32)
+            kv.init(agreement_key, self.agreed)
+
+    def bytes_per_step(self):
+        size = self.words * np.dtype(self.codec.sum_dtype).itemsize
+        return size + (4 * self.codec.agreement_words if self.agreement_key is not None else 0)
+
+
+class _SlotKey:
+    """A row_sparse key with one slot of rows per worker (server-decode mode)."""
+
+    def __init__(self, kv, key, codec, rank, num_workers):
+        from mxnet import ndarray
+        from mxnet.ndarray import sparse
+        self.key, self.codec = key, codec
+        self.payload_words = codec.payload_words()
+        self.width = min(ROW_WIDTH, self.payload_words)
+        self.rows_per_slot = -(-self.payload_words // self.width)
+        self.result_rows = -(-codec.size // self.width)
+        rows = max(num_workers * self.rows_per_slot, self.result_rows)
+        self.shape = (rows, self.width)
+        self.slot = ndarray.zeros((self.rows_per_slot, self.width), dtype=np.float32)
+        first = rank * self.rows_per_slot
+        self.slot_rows = ndarray.arange(first, first + self.rows_per_slot, dtype='int64')
+        self.result_row_ids = ndarray.arange(0, self.result_rows, dtype='int64')
+        self.pulled = sparse.zeros('row_sparse', self.shape, dtype=np.float32)
+        # a row_sparse key must be initialised with every row present
+        kv.init(key, sparse.row_sparse_array(
+            (ndarray.zeros(self.shape, dtype=np.float32), ndarray.arange(rows, dtype='int64')),
+            shape=self.shape))
+
+    def push_pull(self, kv, payload):
+        from mxnet.ndarray import sparse
+        self.slot.reshape((-1,))[:self.payload_words] = payload
+        kv.push(self.key, sparse.row_sparse_array((self.slot, self.slot_rows),
+                                                  shape=self.shape))
+        kv.row_sparse_pull(self.key, out=self.pulled, row_ids=self.result_row_ids)
+
+    def result(self):
+        return self.pulled.data.reshape((-1,))[:self.codec.size].reshape(self.codec.shape)
+
+    def bytes_pushed(self):
+        return self.slot.size * 4
+
+    def bytes_pulled(self):
+        return self.result_rows * self.width * 4
+
+
+class PSTransport:
+    """This process is a worker of a job started by a launcher (DMLC_* variables)."""
+
+    def __init__(self, scheme):
+        from mxnet import kvstore as mx_kvstore
+        os.environ['MXNET_KVSTORE_BIGARRAY_BOUND'] = _NO_SLICING
+        self._kv = mx_kvstore.create('dist_sync')
+        self.rank, self.num_workers = self._kv.rank, self._kv.num_workers
+        self._kv.set_optimizer(ServerAggregator(self.num_workers))
+        self._next_key = 0
+        self._params = {}
+        self._wire = {}
+
+    def _new_key(self):
+        self._next_key += 1
+        return self._next_key - 1
+
+    def configure(self, scheme):
+        """Scheme parameters only change codecs, which are declared later."""
+
+    def broadcast(self, key, value):
+        """Rank 0's value, through a dense key of its own (MXNet's init + pull)."""
+        if key in self._params:
+            raise RuntimeError('key %r was already broadcast: a dist kvstore initialises '
+                               'each key once' % (key,))
+        self._params[key] = self._new_key()
+        out = value.copy()
+        self._kv.broadcast(self._params[key], value, out=out)
+        return out
+
+    def declare(self, key, chunks):
+        wire = []
+        for chunk in chunks:
+            codec = chunk.codec
+            if codec.additive:
+                agreement = self._new_key() if codec.agreement_words else None
+                wire.append(_SumKey(self._kv, self._new_key(), codec, self.num_workers,
+                                    agreement))
+            else:
+                wire.append(_SlotKey(self._kv, self._new_key(), codec, self.rank,
+                                     self.num_workers))
+        self._wire[key] = wire
+
+    def pushpull(self, key, chunks, grad, residual):
+        """Push every chunk, then pull: the chunks of a tensor travel concurrently."""
+        wire = self._wire[key]
+        views = [(c.view(grad), c.view(residual) if residual is not None else None)
+                 for c in chunks]
+        for w, (g, r) in zip(wire, views):
+            if isinstance(w, _SumKey) and w.agreement_key is not None:
+                self._kv.push(w.agreement_key, w.codec.agreement(g, r))
+                self._kv.pull(w.agreement_key, out=w.agreed)
+        pushed = pulled = 0
+        for w, (g, r) in zip(wire, views):
+            if isinstance(w, _SumKey):
+                agreed = w.agreed if w.agreement_key is not None else None
+                self._kv.push(w.key, w.codec.encode_sum(g, r, self.num_workers, agreed))
+                self._kv.pull(w.key, out=w.pulled)
+                pushed += w.bytes_per_step()
+                pulled += w.bytes_per_step()
+            else:
+                w.push_pull(self._kv, w.codec.encode(g, r))
+                pushed += w.bytes_pushed()
+                pulled += w.bytes_pulled()
+        parts = [w.codec.decode_sum(w.pulled, self.num_workers,
+                                    w.agreed if w.agreement_key is not None else None)
+                 if isinstance(w, _SumKey) else w.result() for w in wire]
+        return assemble(chunks, parts, grad.shape), pushed, pulled
+
+    def barrier(self):
+        self._kv._barrier()

@@ -1,0 +1,230 @@
+"""NumPy reference of every codec: the executable spec the C++ kernels are held to.
+
+Every encoder takes ``grad`` and the worker's ``residual`` (float32, same shape), forms
+``acc = grad + residual`` in float32 and returns ``(payload, new_residual, status)``.
+On a non-finite ``acc`` it returns status NONFINITE, an invalid payload and the
+residual unchanged: a bad step never enters the error-feedback memory.
+Decoders return ``(values, status)``; they check the header and every index and word
+before use, and return zeros with a non-zero status for a malformed payload.
+"""
+import numpy as np
+
+from . import wire
+from .wire import (HEADER_WORDS, OK, NONFINITE, BAD_PARAM, BAD_INDEX, BAD_WORD,
+                   make_header, check_header, pack_digits, unpack_digits, digits_per_word)
+
+f32 = np.float32
+
+
+def _acc(grad, residual):
+    return (np.asarray(grad, f32) + np.asarray(residual, f32)).astype(f32)
+
+
+def _invalid(n_words=HEADER_WORDS):
+    return np.zeros(n_words, f32)
+
+
+# -- fp32 pass-through ------------------------------------------------------------
+
+def fp32_encode(grad):
+    g = np.asarray(grad, f32).reshape(-1)
+    if not np.isfinite(g).all():
+        return _invalid(HEADER_WORDS + g.size), NONFINITE
+    return np.concatenate([make_header(wire.FP32, g.size, 0, 0, g.size), g]), OK
+
+
+def fp32_decode(payload, n):
+    status, _, _ = check_header(payload, wire.FP32, n)
+    if status != OK:
+        return np.zeros(n, f32), status
+    return payload[HEADER_WORDS:].copy(), OK
+
+
+# -- conv filter selection (Hylo) -------------------------------------------------
+
+def filter_scores(x):
+    """Squared L2 norm of each output filter (first axis), accumulated in float64."""
+    x = np.asarray(x, f32)
+    flat = x.reshape(x.shape[0], -1).astype(np.float64)
+    return (flat * flat).sum(axis=1)
+
+
+def topk_select(scores, k):
+    """Indices of the k largest scores, ties to the lower index, returned ascending."""
+    order = np.lexsort((np.arange(len(scores)), -np.asarray(scores)))
+    return np.sort(order[:k])
+
+
+def topk_encode(grad, residual, k):
+    """Send the k output filters of ``acc`` with the largest norms; keep the rest.
+
+    Payload: header (a = k, b = filter size F), k indices (ascending), k*F values.
+    New residual: ``acc`` with the sent filters zeroed.
+    """
+    acc = _acc(grad, residual)
+    o = acc.shape[0]
+    f = acc.size // o
+    if not 1 <= k <= o:
+        raise ValueError('k must be in [1, %d], got %d' % (o, k))
+    scores = filter_scores(acc)
+    if not np.isfinite(scores).all():
+        return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
+    idx = topk_select(scores, k)
+    flat = acc.reshape(o, f)
+    body = np.concatenate([idx.astype(f32), flat[idx].reshape(-1)])
+    payload = np.concatenate([make_header(wire.TOPK, acc.size, k, f, body.size), body])
+    new_res = flat.copy()
+    new_res[idx] = 0
+    return payload, new_res.reshape(acc.shape), OK
+
+
+def topk_decode(payload, n):
+    status, k, f = check_header(payload, wire.TOPK, n)
+    out = np.zeros(n, f32)
+    if status != OK:
+        return out, status
+    if k != int(k) or f != int(f) or k < 1 or f < 1 or n % int(f) != 0 \
+            or k * f > n or payload.size != HEADER_WORDS + k + k * f:
+        return out, BAD_PARAM
+    k, f = int(k), int(f)
+    idx = payload[HEADER_WORDS:HEADER_WORDS + k]
+    if (idx != np.floor(idx)).any() or (idx < 0).any() or (idx >= n // f).any() \
+            or (np.diff(idx) <= 0).any():
+        return out, BAD_INDEX
+    vals = payload[HEADER_WORDS + k:].reshape(k, f)
+    out.reshape(n // f, f)[idx.astype(np.int64)] = vals
+    return out, OK
+
+
+def topk_gather(grad, residual, idx):
+    """Homomorphic conv: send the agreed filters ``idx`` (k*F values, no header)."""
+    acc = _acc(grad, residual)
+    o = acc.shape[0]
+    flat = acc.reshape(o, -1)
+    if not np.isfinite(acc).all():
+        return np.zeros(len(idx) * flat.shape[1], f32), np.asarray(residual, f32).copy(), NONFINITE
+    vals = flat[idx].reshape(-1).copy()
+    new_res = flat.copy()
+    new_res[idx] = 0
+    return vals, new_res.reshape(acc.shape), OK
+
+
+def topk_scatter(values, idx, shape):
+    out = np.zeros(shape, f32)
+    out.reshape(shape[0], -1)[idx] = np.asarray(values, f32).reshape(len(idx), -1)
+    return out
+
+
+# -- ternary (Hylo FC 2-bit, adaptive threshold) ----------------------------------
+
+TERNARY_BASE = 3
+
+
+def adaptive_threshold(acc, scale):
+    """t = scale * mean|acc|, the mean accumulated in float64, t rounded to float32."""
+    return f32(scale * (np.abs(acc.astype(np.float64)).sum() / acc.size))
+
+
+def ternary_codes(acc, t):
+    """-1, 0, +1 per element: +1 where acc >= t, -1 where acc <= -t (none when t == 0)."""
+    if t <= 0:
+        return np.zeros(acc.size, np.int64)
+    a = acc.reshape(-1)
+    return (a >= t).astype(np.int64) - (a <= -t).astype(np.int64)
+
+
+def _ternary_residual(acc, codes, t):
+    return (acc.reshape(-1) - codes.astype(f32) * f32(t)).astype(f32).reshape(acc.shape)
+
+
+def ternary_encode(grad, residual, scale, threshold=0.0):
+    """Each value becomes 0, +t or -t; t = ``threshold`` if > 0, else adaptive.
+
+    Payload: header (a = t, b = 3), then codes + 1 as base-3 digits, 15 per float32.
+    """
+    acc = _acc(grad, residual)
+    if not np.isfinite(acc).all():
+        return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
+    t = f32(threshold) if threshold > 0 else adaptive_threshold(acc, scale)
+    codes = ternary_codes(acc, t)
+    body = pack_digits(codes + 1, TERNARY_BASE, f32)
+    payload = np.concatenate([make_header(wire.TERNARY, acc.size, t, TERNARY_BASE, body.size),
+                              body])
+    return payload, _ternary_residual(acc, codes, t), OK
+
+
+def ternary_decode(payload, n):
+    status, t, base = check_header(payload, wire.TERNARY, n)
+    out = np.zeros(n, f32)
+    if status != OK:
+        return out, status
+    d = digits_per_word(TERNARY_BASE, f32)
+    if base != TERNARY_BASE or not np.isfinite(t) or t < 0 \
+            or payload.size != HEADER_WORDS + -(-n // d):
+        return out, BAD_PARAM
+    words = payload[HEADER_WORDS:]
+    if (words != np.floor(words)).any() or (words < 0).any() or (words >= 3.0 ** d).any():
+        return out, BAD_WORD
+    codes = unpack_digits(words, TERNARY_BASE, n) - 1
+    return (codes.astype(f32) * f32(t)).astype(f32), OK
+
+
+def sum_base(num_workers):
+    """Base of the additive packing: digit sums of n workers lie in [0, 2n]."""
+    return 2 * num_workers + 1
+
+
+def ternary_encode_sum(grad, residual, threshold, num_workers):
+    """Homomorphic FC: agreed t; codes + 1 as base-(2n+1) digits in float64, no header.
+
+    The element-wise sum of the n workers' payloads is the packing of the summed
+    codes + n, exactly (every partial sum is an integer below 2**53).
+    """
+    acc = _acc(grad, residual)
+    base = sum_base(num_workers)
+    words = -(-acc.size // digits_per_word(base, np.float64))
+    if not np.isfinite(acc).all():
+        return np.zeros(words, np.float64), np.asarray(residual, f32).copy(), NONFINITE
+    codes = ternary_codes(acc, f32(threshold))
+    return (pack_digits(codes + 1, base, np.float64),
+            _ternary_residual(acc, codes, f32(threshold)), OK)
+
+
+def ternary_decode_sum(words, threshold, num_workers, n):
+    """Decode a summed payload: sum of codes times t, per element."""
+    base = sum_base(num_workers)
+    codes = unpack_digits(np.asarray(words, np.float64), base, n) - num_workers
+    return (codes.astype(f32) * f32(threshold)).astype(f32)
+
+
+# -- MXNet's built-in 2-bit (fixed threshold), bit layout as MXNet's --------------
+
+_POS = [0xc0, 0x30, 0x0c, 0x03]
+_NEG = [0x80, 0x20, 0x08, 0x02]
+
+
+def twobit_encode(grad, residual, threshold):
+    """MXNet's quantize_2bit: 16 values per 32-bit word, 11 = +t, 10 = -t, 00 = 0.
+
+    Returns (uint32 words, new residual).  Same maths as ternary_encode with a fixed
+    threshold; only the bit layout differs (raw bits, for MXNet compatibility).
+    """
+    acc = _acc(grad, residual).reshape(-1)
+    t = f32(threshold)
+    codes = ternary_codes(acc, t)
+    n = acc.size
+    words = -(-n // 16)
+    raw = np.zeros(words * 4, np.uint8)
+    for i in np.nonzero(codes)[0]:
+        mask = _POS[i & 3] if codes[i] > 0 else _NEG[i & 3]
+        raw[(i >> 4) * 4 + ((i & 15) >> 2)] |= mask
+    return raw.view(np.uint32), _ternary_residual(acc, codes, t).reshape(np.shape(grad))
+
+
+def twobit_decode(words, threshold, n):
+    raw = np.asarray(words, np.uint32).view(np.uint8)
+    i = np.arange(n)
+    byte = raw[(i >> 4) * 4 + ((i & 15) >> 2)]
+    bits = (byte >> (6 - 2 * (i & 3))) & 3
+    t = f32(threshold)
+    return np.where(bits == 3, t, np.where(bits == 2, -t, f32(0))).astype(f32)

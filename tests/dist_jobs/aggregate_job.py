@@ -1,0 +1,64 @@
+"""One worker of the distributed aggregation tests (run under kvstore_ext.launch).
+
+Pushes deterministic random gradients from two devices for a few tensors and steps,
+and saves what it pulled, its residuals and the thresholds it agreed on, so the test
+can recompute everything with the NumPy reference.
+"""
+import argparse
+import json
+import os
+
+import numpy as np
+
+SHAPES = {'conv': (24, 8, 3, 3), 'fc': (70, 33), 'bias': (50,), 'wide': (5000,)}
+CONTEXT_COUNT = 2
+
+
+def gradient(rank, step, key, device):
+    """The gradient a device of a worker produces (same function in the test)."""
+    seed = [rank, step, device, sorted(SHAPES).index(key)]
+    rng = np.random.default_rng(seed)
+    scale = 10.0 ** rng.integers(-2, 2)
+    return (rng.standard_normal(SHAPES[key]) * scale).astype(np.float32)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--kvstore', default='dist_sync_hylo')
+    parser.add_argument('--params', default='{}')
+    parser.add_argument('--steps', type=int, default=4)
+    parser.add_argument('--out', required=True)
+    args = parser.parse_args()
+
+    import mxnet as mx
+    import kvstore_ext  # noqa: F401  registers the kvstore types
+    kv = mx.kv.create(args.kvstore)
+    kv.set_gradient_compression(json.loads(args.params))
+    ctxs = [mx.cpu(i) for i in range(CONTEXT_COUNT)]
+
+    value = mx.nd.array(np.full((3, 4), kv.rank + 1, np.float32))
+    outs = [mx.nd.zeros((3, 4), ctx=c) for c in ctxs]
+    kv.broadcast('param', value, outs)
+    record = {'broadcast': outs[1].asnumpy()}
+
+    for step in range(args.steps):
+        for key in SHAPES:
+            vals = [mx.nd.array(gradient(kv.rank, step, key, d), ctx=c)
+                    for d, c in enumerate(ctxs)]
+            kv.pushpull(key, vals)
+            record['out/%s/%d' % (key, step)] = vals[1].asnumpy()
+            state = kv._keys[key]
+            if state.residual is not None:
+                record['res/%s/%d' % (key, step)] = state.residual.asnumpy()
+            wire = getattr(kv._transport, '_wire', {}).get(key, [])
+            for i, w in enumerate(wire):
+                if getattr(w, 'agreement_key', None) is not None:
+                    record['agreed/%s/%d/%d' % (key, step, i)] = w.agreed.asnumpy()
+    np.savez(os.path.join(args.out, 'rank%d.npz' % kv.rank), **record)
+    with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:
+        json.dump({'rank': kv.rank, 'num_workers': kv.num_workers, 'type': kv.type,
+                   'stats': kv.comm_stats(), 'plan': kv.codec_plan()}, f)
+
+
+if __name__ == '__main__':
+    main()

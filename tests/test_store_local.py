@@ -1,0 +1,321 @@
+"""The kvstore plugin in one process (rank 0 of 1): contract, policy, error feedback,
+byte counts, bad input and checkpointed residuals, held to the NumPy reference."""
+import numpy as np
+import pytest
+import mxnet as mx
+
+import kvstore_ext
+from kvstore_ext import NonFiniteGradientError, PayloadError
+from kvstore_ext.aggregate import decode_sum
+from kvx_ref import codecs as ref
+
+CTXS = [mx.cpu(0), mx.cpu(1)]
+
+
+def rand(shape, seed, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def hylo(**params):
+    kv = mx.kv.create('dist_sync_hylo')
+    if params:
+        kv.set_gradient_compression(params)
+    return kv
+
+
+# -- registration and the KVStoreBase contract -------------------------------------
+
+def test_types_registered_and_identity():
+    assert {'dist_sync_none', 'dist_sync_hylo', 'dist_sync_2bit'} <= set(kvstore_ext.kvstore_types())
+    for name in kvstore_ext.kvstore_types():
+        kv = mx.kv.create(name)
+        assert kv.type == name and 'dist' in kv.type
+        assert (kv.rank, kv.num_workers) == (0, 1)
+        assert kv.is_capable('optimizer') is False
+        with pytest.raises(ValueError):
+            kv.is_capable('teleportation')
+
+
+@pytest.mark.parametrize('key', [3, 'conv0_weight'])
+def test_broadcast_to_several_devices(key):
+    kv = mx.kv.create('dist_sync_none')
+    value = mx.nd.array(rand((4, 5), 1))
+    outs = [mx.nd.zeros((4, 5), ctx=c) for c in CTXS]
+    kv.broadcast(key, value, outs)
+    for o in outs:
+        assert np.array_equal(o.asnumpy(), value.asnumpy())
+
+
+@pytest.mark.parametrize('name', ['dist_sync_none', 'dist_sync_hylo', 'dist_sync_2bit'])
+@pytest.mark.parametrize('key', [7, 'fc_bias'])
+def test_pushpull_sums_devices_in_place_and_out(name, key):
+    """Small tensors travel uncompressed under hylo: the sum is exact for none/hylo."""
+    kv = mx.kv.create(name)
+    a, b = rand((10,), 2), rand((10,), 3)
+    kv.broadcast(key, mx.nd.zeros(10), mx.nd.zeros(10))
+    vals = [mx.nd.array(a, ctx=CTXS[0]), mx.nd.array(b, ctx=CTXS[1])]
+    outs = [mx.nd.zeros(10, ctx=c) for c in CTXS]
+    kv.pushpull(key, vals, out=outs)
+    expect = (a + b) if name != 'dist_sync_2bit' else ref.ternary_decode(
+        ref.ternary_encode(a + b, np.zeros(10, np.float32), 1.0, 0.5)[0], 10)[0]
+    for o in outs:
+        np.testing.assert_allclose(o.asnumpy(), expect, rtol=1e-6)
+    assert np.array_equal(vals[0].asnumpy(), a), 'inputs must be left alone when out= is given'
+    kv.pushpull(key, vals)                                       # in place
+    for v in vals:
+        assert v.shape == (10,)
+    single = mx.nd.array(a)
+    kv.pushpull(key, single)
+    assert single.shape == (10,)
+
+
+def test_list_of_keys():
+    kv = mx.kv.create('dist_sync_none')
+    vals = [mx.nd.array(rand((3,), 4)), mx.nd.array(rand((2, 2), 5))]
+    outs = [mx.nd.zeros((3,)), mx.nd.zeros((2, 2))]
+    kv.pushpull([0, 1], vals, out=outs)
+    for v, o in zip(vals, outs):
+        assert np.array_equal(v.asnumpy(), o.asnumpy())
+
+
+# -- parameters ------------------------------------------------------------------
+
+@pytest.mark.parametrize('params, error', [
+    ({'size_treshold': 10}, 'unknown compression parameter'),
+    ({'size_threshold': -1}, 'size_threshold must be >= 0'),
+    ({'size_threshold': 1.5}, 'whole number'),
+    ({'conv_rate': 0}, 'conv_rate must be >'),
+    ({'conv_rate': 1.5}, 'conv_rate must be <= 1'),
+    ({'conv_rate_min': 0.5, 'conv_rate_max': 0.1}, 'must not exceed'),
+    ({'fc_scale': float('nan')}, 'NaN'),
+    ({'fc_scale': True}, 'must be a number'),
+    ({'aggregation': 'gossip'}, 'aggregation must be one of'),
+    ({'type': '2bit'}, 'does not match'),
+])
+def test_invalid_parameters_are_rejected(params, error):
+    kv = mx.kv.create('dist_sync_hylo')
+    with pytest.raises((ValueError, TypeError), match=error):
+        kv.set_gradient_compression(params)
+
+
+def test_parameters_are_set_and_type_accepted():
+    kv = hylo(type='hylo', size_threshold=100, conv_rate=0.25)
+    assert kv.scheme.params['size_threshold'] == 100
+    assert kv.scheme.params['conv_rate'] == 0.25
+    kv.pushpull(0, mx.nd.ones((200,)))
+    with pytest.raises(RuntimeError, match='before the first pushpull'):
+        kv.set_gradient_compression({'size_threshold': 5})
+
+
+def test_gluon_compression_params_reach_the_store():
+    net = mx.gluon.nn.Dense(4, in_units=3)
+    net.initialize()
+    trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.1},
+                               kvstore='dist_sync_hylo',
+                               compression_params={'size_threshold': 7})
+    with mx.autograd.record():
+        loss = net(mx.nd.ones((2, 3))).sum()
+    loss.backward()
+    trainer.step(2)
+    assert trainer._kvstore.type == 'dist_sync_hylo'
+    assert trainer._kvstore.scheme.params['size_threshold'] == 7
+    assert trainer._kvstore.comm_stats()['steps'] == 1
+
+
+# -- Hylo's policy ---------------------------------------------------------------
+
+def test_hylo_policy():
+    kv = hylo(size_threshold=1000, conv_rate_min=0.05, conv_rate_max=0.5)
+    scheme = kv.scheme
+    plan = scheme.plan({'bias': (999,), 'conv': (64, 32, 3, 3), 'fc': (100, 50),
+                        'big_vector': (5000,), 'conv1d': (16, 8, 10)})
+    assert plan['bias'] == 'fp32'
+    assert plan['fc'].startswith('ternary') and plan['big_vector'].startswith('ternary')
+    # rate = clip(0.5 * sqrt(1000 / 18432), 0.05, 0.5) = 0.1165 -> ceil(0.1165 * 64) = 8
+    assert plan['conv'] == 'top 8 of 64 filters'
+    assert plan['conv1d'] == 'top 8 of 16 filters'   # at most 0.5 of 16 filters (1280 elems)
+    assert scheme.codec_for((64, 32, 3, 3), np.float64).describe() == 'fp32'
+    assert scheme.conv_rate(10 ** 9) == 0.05
+
+
+# -- compression against the NumPy reference, with error feedback -----------------
+
+def run_steps(kv, key, grads_per_device):
+    """pushpull each step's per-device grads; return outputs (numpy)."""
+    outs = []
+    for grads in grads_per_device:
+        vals = [mx.nd.array(g, ctx=c) for g, c in zip(grads, CTXS)]
+        kv.pushpull(key, vals)
+        outs.append(vals[0].asnumpy())
+        for v in vals[1:]:
+            assert np.array_equal(v.asnumpy(), outs[-1])
+    return outs
+
+
+@pytest.mark.parametrize('shape', [(32, 16, 3, 3), (7, 5, 1, 1)])
+def test_conv_filter_selection_matches_reference(shape):
+    kv = hylo(size_threshold=1, conv_rate=0.25)
+    steps = [[rand(shape, 10 * s + d) for d in range(2)] for s in range(6)]
+    outs = run_steps(kv, 'conv', steps)
+    residual = np.zeros(shape, np.float32)
+    k = max(1, int(np.ceil(0.25 * shape[0])))
+    for grads, out in zip(steps, outs):
+        payload, residual, status = ref.topk_encode(grads[0] + grads[1], residual, k)
+        assert status == 0
+        expect, _ = ref.topk_decode(payload, out.size)
+        assert np.array_equal(out.reshape(-1), expect)
+    assert np.array_equal(kv._memory.get('conv', shape).asnumpy(), residual)
+
+
+def test_fc_ternary_matches_reference():
+    shape = (64, 33)
+    kv = hylo(size_threshold=1, fc_scale=1.5)
+    steps = [[rand(shape, 100 + 10 * s + d) for d in range(2)] for s in range(6)]
+    outs = run_steps(kv, 'fc', steps)
+    residual = np.zeros(shape, np.float32)
+    for grads, out in zip(steps, outs):
+        acc = grads[0] + grads[1] + residual
+        t = ref.adaptive_threshold(acc, 1.5)
+        sent_t = np.abs(out).max()
+        np.testing.assert_allclose(sent_t, t, rtol=1e-6)
+        payload, residual, _ = ref.ternary_encode(grads[0] + grads[1], residual, 1.5, sent_t)
+        assert np.array_equal(out.reshape(-1), ref.ternary_decode(payload, out.size)[0])
+    assert np.array_equal(kv._memory.get('fc', shape).asnumpy(), residual)
+
+
+@pytest.mark.parametrize('params, shape', [
+    ({'size_threshold': 1, 'conv_rate': 0.1}, (20, 8, 3, 3)),
+    ({'size_threshold': 1}, (40, 30)),
+])
+def test_error_feedback_invariant(params, shape):
+    """sent so far + residual == gradients so far, over many steps."""
+    kv = hylo(**params)
+    sent = np.zeros(shape, np.float64)
+    total = np.zeros(shape, np.float64)
+    for s in range(60):
+        g = rand(shape, 1000 + s, scale=10.0 ** (s % 3 - 1))
+        total += g
+        v = mx.nd.array(g)
+        kv.pushpull('w', v)
+        sent += v.asnumpy()
+    residual = kv._memory.get('w', shape).asnumpy()
+    np.testing.assert_allclose(sent + residual, total, rtol=1e-4, atol=1e-3)
+    assert np.abs(residual).max() > 0, 'compression must have kept something back'
+
+
+def test_comm_stats_counts_bytes():
+    kv = hylo(size_threshold=1000, conv_rate=0.1)
+    shapes = {'conv': (40, 10, 3, 3), 'fc': (100, 30), 'bias': (40,)}
+    for step in range(3):
+        for key, shape in shapes.items():
+            kv.pushpull(key, mx.nd.array(rand(shape, step)))
+    stats = kv.comm_stats()
+    raw = 4 * sum(int(np.prod(s)) for s in shapes.values())
+    conv_payload = 8 + 4 + 4 * 90          # header, 4 indices, 4 filters of 90
+    fc_payload = 8 + -(-3000 // 15)
+    bias_payload = 8 + 40
+    assert stats == {'raw_bytes': 3 * raw, 'steps': 3,
+                     'push_bytes': 3 * 4 * (conv_payload + fc_payload + bias_payload),
+                     'pull_bytes': 3 * raw}
+    assert stats['push_bytes'] * 5 < stats['raw_bytes']
+
+
+# -- bad input --------------------------------------------------------------------
+
+@pytest.mark.parametrize('shape', [(16, 4, 3, 3), (50, 40), (30,)])
+@pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
+def test_non_finite_gradient_raises_and_keeps_state(shape, bad):
+    kv = hylo(size_threshold=1, conv_rate=0.25)
+    kv.pushpull('w', mx.nd.array(rand(shape, 1)))
+    res_before = kv._memory.get('w', shape).asnumpy().copy() if len(shape) > 1 else None
+    g = rand(shape, 2)
+    g.reshape(-1)[g.size // 2] = bad
+    v = mx.nd.array(g)
+    with pytest.raises(NonFiniteGradientError, match='residual is unchanged'):
+        kv.pushpull('w', v)
+    if res_before is not None:
+        assert np.array_equal(kv._memory.get('w', shape).asnumpy(), res_before)
+    assert np.isnan(v.asnumpy()).any() or np.isinf(v.asnumpy()).any(), 'value untouched'
+    # the next finite step works as before
+    kv2 = hylo(size_threshold=1, conv_rate=0.25)
+    kv2.pushpull('w', mx.nd.array(rand(shape, 1)))
+    a, b = mx.nd.array(rand(shape, 3)), mx.nd.array(rand(shape, 3))
+    kv.pushpull('w', a)
+    kv2.pushpull('w', b)
+    assert np.array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_wrong_dtype_and_shapes():
+    kv = mx.kv.create('dist_sync_hylo')
+    with pytest.raises(TypeError, match='float16/32/64 only'):
+        kv.pushpull(0, mx.nd.ones((4,), dtype='int32'))
+    kv.pushpull(1, mx.nd.ones((4,)))
+    with pytest.raises(ValueError, match='holds'):
+        kv.pushpull(1, mx.nd.ones((5,)))
+    with pytest.raises(ValueError, match='output shape'):
+        kv.pushpull(1, mx.nd.ones((4,)), out=mx.nd.zeros((2, 2)))
+    with pytest.raises(TypeError, match='keys are int or str'):
+        kv.pushpull(1.5, mx.nd.ones((4,)))
+
+
+def test_float64_and_float16_travel_uncompressed():
+    kv = hylo(size_threshold=1)
+    for dtype in ('float64', 'float16'):
+        g = mx.nd.array(rand((64, 40), 9), dtype=dtype)
+        expect = g.asnumpy()
+        kv.pushpull(dtype, g)
+        assert g.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(g.asnumpy(), expect, rtol=1e-3)
+
+
+@pytest.mark.parametrize('codec_id', [1, 2, 3])
+def test_malformed_payloads_are_rejected(codec_id):
+    shape = (8, 4, 2, 2)
+    good = {1: kvstore_ext.codecs.FP32Codec(shape),
+            2: kvstore_ext.codecs.FilterTopKCodec(shape, 2),
+            3: kvstore_ext.codecs.TernaryCodec(shape)}[codec_id]
+    payload = good.encode(mx.nd.array(rand(shape, 1)), mx.nd.zeros(shape)).asnumpy()
+    corruptions = [
+        lambda p: p[:-1],                                       # truncated
+        lambda p: np.concatenate([p[:2], [99.0], p[3:]]),       # version
+        lambda p: np.concatenate([[1.0], p[1:]]),               # magic
+        lambda p: np.concatenate([p[:3], [p[3] + 1], p[4:]]),   # element count
+    ]
+    if codec_id == 2:
+        corruptions.append(lambda p: np.concatenate([p[:8], [7.0], p[9:]]))   # index order
+        corruptions.append(lambda p: np.concatenate([p[:8], [0.5], p[9:]]))   # fractional
+    if codec_id == 3:
+        corruptions.append(lambda p: np.concatenate([p[:8], [3.0 ** 15], p[9:]]))  # word
+        corruptions.append(lambda p: np.concatenate([p[:5], [np.nan], p[6:]]))     # t
+    for corrupt in corruptions:
+        with pytest.raises(PayloadError):
+            decode_sum([mx.nd.array(corrupt(payload.copy()))], shape)
+    with pytest.raises(PayloadError, match='unknown codec'):
+        decode_sum([mx.nd.array(np.concatenate([payload[:1], [42.0], payload[2:]]))], shape)
+    np.testing.assert_allclose(decode_sum([mx.nd.array(payload)], shape).asnumpy().sum(),
+                               good.decode(mx.nd.array(payload)).asnumpy().sum())
+
+
+# -- residuals are state -----------------------------------------------------------
+
+def test_checkpoint_restores_residuals_exactly(tmp_path):
+    shapes = {'conv': (24, 8, 3, 3), 7: (60, 20)}
+    kv = hylo(size_threshold=1, conv_rate=0.2)
+    for s in range(3):
+        for key, shape in shapes.items():
+            kv.pushpull(key, mx.nd.array(rand(shape, s)))
+    path = str(tmp_path / 'state-rank0.kvx')
+    kv.save_compression_state(path)
+    resumed = mx.kv.create('dist_sync_hylo')
+    resumed.load_compression_state(path)
+    assert resumed.scheme.params == kv.scheme.params
+    assert resumed.comm_stats() == kv.comm_stats()
+    for s in range(3, 6):
+        for key, shape in shapes.items():
+            a, b = mx.nd.array(rand(shape, s)), mx.nd.array(rand(shape, s))
+            kv.pushpull(key, a)
+            resumed.pushpull(key, b)
+            assert np.array_equal(a.asnumpy(), b.asnumpy())
+    other = mx.kv.create('dist_sync_2bit')
+    with pytest.raises(ValueError, match='belong to one worker'):
+        other.load_compression_state(path)
