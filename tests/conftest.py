@@ -1,44 +1,65 @@
-"""Shared test setup: the NumPy reference (python/kvx_ref) on sys.path, and a check
-that no test leaves ps-lite nodes (processes with DMLC_ROLE) behind."""
+"""Shared test setup: the NumPy reference (python/kvx_ref) on sys.path, and the
+``job_env`` fixture that every multi-process test runs its launcher with.
+
+Nodes are recognised by DMLC_ROLE plus a per-test tag in their environment, so that
+ps-lite jobs of anyone else on the same machine are never touched.
+"""
 import os
+import signal
 import sys
+import time
+import uuid
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'python'))
 
+TAG_VAR = 'KVSTORE_EXT_LAUNCH_TEST_TAG'   # KVSTORE_EXT_* is forwarded over ssh too
+SETTLE = 3.0                              # PDEATHSIG / ssh watchdogs act asynchronously
 
-def dmlc_processes():
-    """PIDs of live processes whose environment has DMLC_ROLE (ps-lite nodes)."""
+
+def tagged_nodes(tag):
+    """pids of live processes whose environment has DMLC_ROLE and our tag."""
+    want = ('%s=%s' % (TAG_VAR, tag)).encode()
     pids = []
-    for name in os.listdir('/proc'):
-        if not name.isdigit() or int(name) == os.getpid():
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
             continue
         try:
-            with open('/proc/%s/environ' % name, 'rb') as f:
+            with open('/proc/%s/environ' % entry, 'rb') as f:
                 env = f.read().split(b'\0')
         except OSError:
             continue
-        if any(v.startswith(b'DMLC_ROLE=') for v in env):
-            pids.append(int(name))
+        if want in env and any(v.startswith(b'DMLC_ROLE=') for v in env):
+            pids.append(int(entry))
     return pids
 
 
+def wait_no_nodes(tag, seconds):
+    """Leftover pids after waiting up to ``seconds`` for them to go."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = tagged_nodes(tag)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
 @pytest.fixture
-def no_leftover_nodes():
-    """Fail the test if it leaves ps-lite nodes running (and kill them)."""
-    yield
-    import signal
-    import time
-    left = dmlc_processes()
-    deadline = time.time() + 5
-    while left and time.time() < deadline:
-        time.sleep(0.2)
-        left = dmlc_processes()
+def job_env():
+    """Environment for a launcher run; fails the test if any of its nodes outlives it."""
+    tag = uuid.uuid4().hex
+    env = dict(os.environ)
+    env.pop('PORT', None)
+    env.pop('DMLC_ROLE', None)
+    env[TAG_VAR] = tag
+    env['PYTHONUNBUFFERED'] = '1'
+    yield env
+    left = wait_no_nodes(tag, SETTLE)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
-        except OSError:
+        except ProcessLookupError:
             pass
-    assert not left, 'processes left behind: %s' % left
+    assert not left, 'ps-lite nodes left behind (killed now): %s' % left

@@ -25,11 +25,11 @@ STEPS = 4
 PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'chunk_size': 1024, 'fc_scale': 1.2}
 
 
-def launch(tmp_path, workers, servers, job_args, timeout=150):
+def launch(tmp_path, env, workers, servers, job_args, timeout=150):
     """Run a job under our launcher; return its completed process (asserts exit 0)."""
     cmd = [sys.executable, '-m', 'kvstore_ext.launch', '-n', str(workers), '-s', str(servers),
            '--timeout', str(timeout - 20), sys.executable] + job_args
-    proc = subprocess.run(cmd, cwd=str(tmp_path), capture_output=True, text=True,
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
@@ -87,9 +87,9 @@ def reference_chunk(codec, grads, residuals, agreed, workers):
 
 @pytest.mark.parametrize('mode', ['server', 'homomorphic'])
 @pytest.mark.parametrize('workers, servers', [(2, 1), (2, 2), (4, 1), (4, 2)])
-def test_aggregate_matches_reference(tmp_path, no_leftover_nodes, workers, servers, mode):
+def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
     params = dict(PARAMS, aggregation=mode)
-    launch(tmp_path, workers, servers, [JOB, '--params', json.dumps(params),
+    launch(tmp_path, job_env, workers, servers, [JOB, '--params', json.dumps(params),
                                         '--steps', str(STEPS), '--out', str(tmp_path)])
     runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
     infos = [json.load(open(str(tmp_path / ('rank%d.json' % w)))) for w in range(workers)]

@@ -1,0 +1,612 @@
+"""Start a distributed MXNet job (ps-lite): one scheduler, S servers, W workers.
+
+    python -m kvstore_ext.launch -n 4 -s 2 python train.py --kvstore dist_sync_hylo
+
+Why our own launcher rather than MXNet's ``tools/launch.py``:
+
+* ``tools/launch.py`` dies on Python >= 3.9: its ``dmlc_tracker`` calls
+  ``threading.Thread.isAlive``, which was removed. (``run_mxnet_tools_launch`` below
+  makes it usable again; see docs/LAUNCH.md.)
+* ps-lite reads the variable ``PORT`` as the node's own port. Many shells and
+  platforms set it; then a node can grab the scheduler's port and start-up dies with
+  ``Check failed: is_scheduler_``. Every node here gets an environment without ``PORT``.
+* dmlc's local launcher advertises the machine's external address, and crashes
+  (``Network is unreachable``) where there is none. Local jobs here live on loopback:
+  ``DMLC_PS_ROOT_URI`` and ``DMLC_NODE_HOST`` are 127.0.0.1 and the root port is a
+  free port picked by the launcher.
+* dmlc's launchers are not all-or-nothing: when a worker dies the others wait forever.
+  Here, when any node fails, every node is stopped and the launcher exits non-zero
+  naming it; ``--timeout``, Ctrl-C and SIGTERM stop everything too. Each node runs
+  in its own process group (killed as a group) and dies with the launcher
+  (PR_SET_PDEATHSIG) even if the launcher is SIGKILLed.
+* Output is prefixed per node (``[worker 1] ...``), whole lines at a time.
+
+The ``worker N`` / ``server N`` labels are launch indices (also exported as
+``DMLC_WORKER_ID`` / ``DMLC_SERVER_ID``); ps-lite's scheduler assigns ``kv.rank`` on
+its own, so the two need not match.
+
+This module starts processes only: it imports nothing from kvstore_ext and never
+imports mxnet, so it also runs as a plain script (``python kvstore_ext/launch.py``).
+"""
+import argparse
+import ctypes
+import importlib.util
+import os
+import runpy
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+LOOPBACK = '127.0.0.1'
+KILL_GRACE = 3.0        # seconds between SIGTERM and SIGKILL when stopping nodes
+SHUTDOWN_GRACE = 10.0   # seconds servers/scheduler get to exit once workers are done
+POLL_INTERVAL = 0.05
+EXIT_TIMEOUT = 124      # as timeout(1)
+SSH_DEFAULT = 'ssh -o StrictHostKeyChecking=no'
+# Variables exported to remote nodes (local nodes inherit everything): dmlc's list,
+# plus what our servers need to import kvstore_ext and to agree with the workers.
+SSH_FORWARDED = ('OMP_NUM_THREADS', 'KMP_AFFINITY', 'LD_LIBRARY_PATH', 'DMLC_INTERFACE',
+                 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'PYTHONPATH')
+SSH_FORWARDED_PREFIXES = ('MXNET_', 'PS_', 'KVSTORE_EXT_')
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class NodeSpec:
+    """One process to start: ``argv`` with exactly ``env``."""
+    role: str               # 'scheduler', 'server' or 'worker'
+    rank: int
+    argv: list
+    env: dict
+    host: str = LOOPBACK
+
+    @property
+    def name(self):
+        return 'scheduler' if self.role == 'scheduler' else '%s %d' % (self.role, self.rank)
+
+
+# ---------------------------------------------------------------- environments
+
+def free_port(host=LOOPBACK):
+    """A port nobody listens on right now, for the scheduler (small race, as dmlc)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def parse_env_pairs(pairs):
+    """['K=V', ...] -> {'K': 'V'}; rejects entries without '='."""
+    env = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition('=')
+        if not sep or not key:
+            raise ValueError('--env expects KEY=VALUE, got %r' % pair)
+        env[key] = value
+    return env
+
+
+def cluster_env(num_workers, num_servers, root_uri, root_port):
+    """Variables every node of the job shares."""
+    return {'DMLC_NUM_WORKER': str(num_workers), 'DMLC_NUM_SERVER': str(num_servers),
+            'DMLC_PS_ROOT_URI': root_uri, 'DMLC_PS_ROOT_PORT': str(root_port)}
+
+
+def role_env(role, rank, node_host):
+    """Variables that differ per node (ids as dmlc_tracker sets them)."""
+    env = {'DMLC_ROLE': role, 'DMLC_NODE_HOST': node_host}
+    if role == 'worker':
+        env['DMLC_WORKER_ID'] = str(rank)
+    elif role == 'server':
+        env['DMLC_SERVER_ID'] = str(rank)
+    return env
+
+
+def without_port(env):
+    """Copy of ``env`` without PORT, which ps-lite would take as the node's own port."""
+    env = dict(env)
+    env.pop('PORT', None)
+    return env
+
+
+def role_counts(num_workers, num_servers):
+    """(role, rank) of every node, scheduler first, then servers, then workers."""
+    return ([('scheduler', 0)] + [('server', i) for i in range(num_servers)]
+            + [('worker', i) for i in range(num_workers)])
+
+
+def local_nodes(num_workers, num_servers, command, server_command, root_port,
+                extra_env=None, base_env=None):
+    """NodeSpecs of a job on loopback; children inherit ``base_env`` minus PORT."""
+    base = without_port(os.environ if base_env is None else base_env)
+    base.setdefault('PYTHONUNBUFFERED', '1')     # so prefixed lines arrive as printed
+    base.update(cluster_env(num_workers, num_servers, LOOPBACK, root_port))
+    base.update(extra_env or {})
+    nodes = []
+    for role, rank in role_counts(num_workers, num_servers):
+        env = dict(base, **role_env(role, rank, LOOPBACK))
+        argv = command if role == 'worker' else server_command
+        nodes.append(NodeSpec(role, rank, list(argv), without_port(env)))
+    return nodes
+
+
+# ------------------------------------------------------------------------- ssh
+
+def parse_hostfile(path):
+    """[(host, ssh_port)] from MXNet's hostfile format: ``host[:port]`` a line.
+
+    Blank lines and ``#`` comments are skipped; an MPI-style ``slots=N`` is ignored.
+    """
+    hosts = []
+    with open(path) as f:
+        for line in f:
+            line = line.split('#', 1)[0].split('slots=', 1)[0].strip()
+            if line:
+                host, _, port = line.partition(':')
+                hosts.append((host, port or '22'))
+    if not hosts:
+        raise ValueError('hostfile %s lists no host' % path)
+    return hosts
+
+
+def resolve_host_ip(host_ip=None):
+    """The launching machine's address as dmlc_tracker guesses it ('auto'/'ip'/'dns')."""
+    if host_ip not in (None, 'auto', 'ip', 'dns'):
+        return host_ip
+    if host_ip == 'dns':
+        return socket.getfqdn()
+    try:
+        address = socket.gethostbyname(socket.getfqdn())
+    except socket.gaierror:
+        address = socket.gethostbyname(socket.gethostname())
+    if address.startswith('127.'):
+        try:   # the address of the default route (no packet is sent)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.connect(('10.255.255.255', 1))
+                address = sock.getsockname()[0]
+        except OSError:
+            pass
+    return address
+
+
+def ssh_forwarded_env(env):
+    """The launcher's variables worth exporting to remote nodes (never PORT)."""
+    return {k: v for k, v in env.items()
+            if k in SSH_FORWARDED or k.startswith(SSH_FORWARDED_PREFIXES)}
+
+
+def remote_script(env, working_dir, command):
+    """POSIX sh script one node runs: export env, drop PORT, run command.
+
+    The command runs in the background while a watchdog reads the ssh channel's
+    stdin: when the ssh connection goes away (the launcher stopped it or died), stdin
+    ends and the watchdog kills the command, so no remote node outlives the launcher.
+    """
+    steps = ['export %s=%s' % (k, shlex.quote(str(v))) for k, v in env.items()]
+    steps += ['unset PORT',
+              'cd %s || exit 1' % shlex.quote(working_dir),
+              '%s & pid=$!' % command,                  # the node, in the background
+              'exec 3<&0',                              # keep the channel's stdin
+              '{ cat <&3 >/dev/null 2>&1; kill -TERM $pid; } >/dev/null 2>&1 & exec 3<&-',
+              'wait $pid']                              # the node's exit code is ours
+    return '; '.join(steps)
+
+
+def ssh_commands(hosts, num_workers, num_servers, command, server_command, host_ip,
+                 root_port, extra_env=None, working_dir=None, ssh=SSH_DEFAULT,
+                 base_env=None):
+    """[(host, role, sh command line)] of an ssh job, scheduler first; pure, no I/O.
+
+    As dmlc_tracker's ssh launcher: the scheduler runs on the launching machine
+    (``host_ip``; its line is the script itself, run locally), servers then workers
+    are dealt round-robin over ``hosts`` ([(host, ssh_port)]), and every node's
+    environment is exported on its command line (the remote login shell must be
+    sh-compatible, as for dmlc). ``command`` and ``server_command`` are argv lists.
+    """
+    base = ssh_forwarded_env(without_port(os.environ if base_env is None else base_env))
+    base.update(cluster_env(num_workers, num_servers, host_ip, root_port))
+    base.update(extra_env or {})
+    base.pop('PORT', None)
+    working_dir = working_dir or os.getcwd()
+    commands = []
+    index = 0
+    for role, rank in role_counts(num_workers, num_servers):
+        argv = command if role == 'worker' else server_command
+        if role == 'scheduler':
+            host, port = host_ip, None
+        else:
+            host, port = hosts[index % len(hosts)]
+            index += 1
+        env = dict(base, **role_env(role, rank, host))
+        line = remote_script(env, working_dir, shlex.join(argv))
+        if port is not None:
+            line = '%s -p %s %s %s' % (ssh, port, shlex.quote(host), shlex.quote(line))
+        commands.append((host, role, line))
+    return commands
+
+
+def ssh_nodes(commands):
+    """NodeSpecs that run the ``ssh_commands`` lines locally through sh."""
+    nodes = []
+    ranks = {}
+    env = without_port(os.environ)
+    for host, role, line in commands:
+        rank = ranks.get(role, 0)
+        ranks[role] = rank + 1
+        nodes.append(NodeSpec(role, rank, ['/bin/sh', '-c', line], env, host))
+    return nodes
+
+
+# ------------------------------------------------------------------ processes
+
+_libc = None
+
+
+def _die_with_launcher():
+    """preexec_fn: SIGKILL this child when the launcher dies (Linux; best effort)."""
+    global _libc
+    launcher = os.getpid()
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            _libc = False
+    prctl = getattr(_libc, 'prctl', None)
+
+    def preexec():
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != launcher:     # launcher died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+class Node:
+    """A started NodeSpec: its process (leader of its own group) and its exit."""
+
+    def __init__(self, spec, keep_stdin):
+        self.spec = spec
+        self.proc = subprocess.Popen(
+            spec.argv, env=spec.env, start_new_session=True,
+            preexec_fn=_die_with_launcher(),
+            stdin=subprocess.PIPE if keep_stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.returncode = None
+
+    @property
+    def name(self):
+        return self.spec.name
+
+    def poll(self):
+        """Exit code once the node has exited (negative: killed by that signal)."""
+        if self.returncode is None:
+            self.returncode = self.proc.poll()
+        return self.returncode
+
+    def signal_group(self, signum):
+        """Send ``signum`` to the node's whole process group, if any is left."""
+        try:
+            os.killpg(self.proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class OutputForwarder:
+    """Copies node output to ours, a whole line at a time, prefixed with the node."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.threads = []
+
+    def follow(self, stream, prefix, out):
+        thread = threading.Thread(target=self._copy, args=(stream, prefix, out),
+                                  daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _copy(self, stream, prefix, out):
+        writable = True
+        for line in iter(stream.readline, b''):
+            if not line.endswith(b'\n'):
+                line += b'\n'
+            if writable:
+                with self.lock:
+                    try:
+                        out.write(prefix + line)
+                        out.flush()
+                    except OSError:      # our output is gone (e.g. `| head`): keep
+                        writable = False   # draining, or the node blocks on a full pipe
+        stream.close()
+
+    def join(self, timeout):
+        """Wait for the streams to end (a stray grandchild may keep one open)."""
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def say(message):
+    """The launcher's own messages, on stderr, prefixed like the nodes' lines."""
+    sys.stderr.write('[launch] %s\n' % message)
+    sys.stderr.flush()
+
+
+def describe_exit(code):
+    if code < 0:
+        try:
+            return 'was killed by signal %d (%s)' % (-code, signal.Signals(-code).name)
+        except ValueError:
+            return 'was killed by signal %d' % -code
+    return 'exited with code %d' % code
+
+
+def launcher_exit_code(node_code):
+    """Our exit code for a node that failed with ``node_code``."""
+    return node_code if 0 < node_code < 256 else 128 + (-node_code if node_code < 0 else 1)
+
+
+class StopRequest:
+    """Records SIGINT/SIGTERM/SIGHUP sent to the launcher; the supervision loop acts."""
+
+    def __init__(self):
+        self.signum = None
+        self.previous = {}
+
+    def install(self):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self.previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+
+    def restore(self):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def start_nodes(specs, keep_stdin):
+    """Start every node, or none: those started are stopped if one fails to start.
+
+    No thread of ours runs yet (output threads start after the last fork), which
+    keeps preexec_fn safe.
+    """
+    nodes = []
+    try:
+        for spec in specs:
+            nodes.append(Node(spec, keep_stdin))
+    except BaseException:
+        stop_nodes(nodes)
+        raise
+    return nodes
+
+
+def forward_output(nodes):
+    forwarder = OutputForwarder()
+    for node in nodes:
+        prefix = ('[%s] ' % node.name).encode()
+        forwarder.follow(node.proc.stdout, prefix, sys.stdout.buffer)
+        forwarder.follow(node.proc.stderr, prefix, sys.stderr.buffer)
+    return forwarder
+
+
+def stop_nodes(nodes, grace=KILL_GRACE):
+    """SIGTERM every node's group, SIGKILL after ``grace`` seconds, reap them all."""
+    for node in nodes:
+        if node.proc.stdin:
+            try:
+                node.proc.stdin.close()      # ends remote watchdogs (ssh)
+            except OSError:
+                pass
+        node.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(n.poll() is None for n in nodes):
+        time.sleep(POLL_INTERVAL)
+    for node in nodes:
+        node.signal_group(signal.SIGKILL)    # also strays left in a finished group
+        node.proc.wait()
+        node.poll()
+
+
+def supervise(nodes, timeout, stop, shutdown_grace=SHUTDOWN_GRACE):
+    """Watch the nodes until the job is over; return the launcher's exit code.
+
+    Fails on the first node to exit non-zero, on ``timeout`` and on a stop signal.
+    Succeeds once every worker exited 0 and the others followed (or, after
+    ``shutdown_grace`` seconds, were left to be killed).
+    """
+    started = time.monotonic()
+    workers = [n for n in nodes if n.spec.role == 'worker']
+    workers_done_at = None
+    while True:
+        if stop.signum is not None:
+            say('received %s; stopping all nodes' % signal.Signals(stop.signum).name)
+            return 128 + stop.signum
+        for node in nodes:
+            code = node.poll()
+            if code:
+                say('%s %s; stopping all nodes' % (node.name, describe_exit(code)))
+                return launcher_exit_code(code)
+        now = time.monotonic()
+        if workers_done_at is None and all(n.poll() == 0 for n in workers):
+            workers_done_at = now
+        if all(n.poll() is not None for n in nodes):
+            return 0
+        if workers_done_at is not None and now - workers_done_at > shutdown_grace:
+            left = ', '.join(n.name for n in nodes if n.poll() is None)
+            say('all workers finished; %s still running after %.0f s, killing'
+                % (left, shutdown_grace))
+            return 0
+        if timeout is not None and now - started > timeout:
+            say('timeout: job still running after %g s; stopping all nodes' % timeout)
+            return EXIT_TIMEOUT
+        time.sleep(POLL_INTERVAL)
+
+
+def run_job(specs, timeout=None, keep_stdin=False, shutdown_grace=SHUTDOWN_GRACE):
+    """Start ``specs``, supervise them all-or-nothing, stop what is left; exit code."""
+    stop = StopRequest()
+    stop.install()
+    try:
+        nodes = start_nodes(specs, keep_stdin)
+    except OSError as e:
+        stop.restore()
+        say('cannot start the job: %s' % e)
+        return 127
+    forwarder = forward_output(nodes)
+    try:
+        code = supervise(nodes, timeout, stop, shutdown_grace)
+    finally:
+        stop_nodes(nodes)
+        stop.restore()
+    forwarder.join(timeout=2.0)
+    return code
+
+
+# ----------------------------------------------- MXNet's own tools/launch.py
+
+def mxnet_tools_launch_path():
+    """Path of the installed MXNet's tools/launch.py, found without importing mxnet."""
+    spec = importlib.util.find_spec('mxnet')
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError('mxnet is not installed')
+    return os.path.join(list(spec.submodule_search_locations)[0], 'tools', 'launch.py')
+
+
+def _tools_launcher_kind(argv):
+    """Value of --launcher in tools/launch.py arguments (its default is ssh)."""
+    for i, arg in enumerate(argv):
+        if arg == '--launcher' and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith('--launcher='):
+            return arg.split('=', 1)[1]
+    return 'ssh'
+
+
+def run_mxnet_tools_launch(argv=None):
+    """Run MXNet's tools/launch.py with ``argv``, fixed for Python >= 3.9 and loopback.
+
+    Restores ``Thread.isAlive`` for dmlc_tracker, removes PORT from the environment
+    the nodes inherit, and for ``--launcher local`` puts the whole job on 127.0.0.1:
+    dmlc overwrites DMLC_PS_ROOT_URI with its guess of the machine's address and
+    tools/launch.py has no --host-ip, so the guess itself is replaced; each node's
+    own address comes from DMLC_NODE_HOST, which the nodes inherit.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    threading.Thread.isAlive = threading.Thread.is_alive
+    os.environ.pop('PORT', None)
+    if _tools_launcher_kind(argv) == 'local':
+        import dmlc_tracker.tracker
+        dmlc_tracker.tracker.get_host_ip = lambda host_ip=None: LOOPBACK
+        os.environ['DMLC_NODE_HOST'] = LOOPBACK
+    path = mxnet_tools_launch_path()
+    sys.argv = [path] + argv
+    runpy.run_path(path, run_name='__main__')
+
+
+# ------------------------------------------------------------------------ CLI
+
+EPILOG = """\
+local (default): scheduler, servers and workers on 127.0.0.1, root port picked free
+  (or --port). Workers run COMMAND; scheduler and servers run
+  "python -c 'import mxnet'" (MXNet runs the server loop inside the import), or
+  --server-command. Nodes inherit this environment (PYTHONPATH included) minus PORT,
+  plus DMLC_ROLE, DMLC_PS_ROOT_URI/PORT, DMLC_NODE_HOST, DMLC_NUM_WORKER/SERVER,
+  DMLC_WORKER_ID/SERVER_ID and --env pairs.
+ssh: the scheduler runs here (at --host-ip), servers then workers round-robin over
+  the hostfile's hosts (one 'host[:port]' a line), each through
+  "ssh host 'export ...; unset PORT; cd DIR; COMMAND'"; the default server command is
+  COMMAND itself (as dmlc_tracker does).
+
+All-or-nothing: if any node exits non-zero, all are stopped and the launcher exits
+non-zero naming it. --timeout, Ctrl-C and SIGTERM stop everything (exit 124, 130, 143).
+Each node is its own process group (killed as a group) and dies with the launcher.
+Output lines are prefixed "[worker 1] ", "[server 0] ", "[scheduler] ".
+Labels are launch indices; ps-lite assigns kv.rank independently.
+PORT is removed because ps-lite takes it as each node's own port.
+
+MXNet's own tools/launch.py on Python >= 3.9 (isAlive fix, loopback for local):
+  python -c 'import kvstore_ext.launch as L; L.run_mxnet_tools_launch()' \\
+      -n 2 -s 1 --launcher local python script.py        (see docs/LAUNCH.md)
+"""
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog='python -m kvstore_ext.launch',
+        description='Start an MXNet ps-lite job: one scheduler, SERVERS servers and\n'
+                    'WORKERS workers running COMMAND; all-or-nothing.',
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('-n', '--num-workers', type=int, required=True, metavar='WORKERS',
+                        help='number of workers (each runs COMMAND)')
+    parser.add_argument('-s', '--num-servers', type=int, metavar='SERVERS',
+                        help='default: WORKERS, as MXNet\'s tools/launch.py')
+    parser.add_argument('--launcher', choices=['local', 'ssh'], default='local')
+    parser.add_argument('-H', '--hostfile', help='ssh: one host[:port] a line')
+    parser.add_argument('--timeout', type=float, metavar='SECONDS',
+                        help='stop the job after SECONDS (exit 124)')
+    parser.add_argument('--env', action='append', default=[], metavar='K=V',
+                        help='set K=V on every node (repeatable)')
+    parser.add_argument('--server-command', metavar='CMD',
+                        help='command line of the scheduler and servers '
+                             '(local default: python -c "import mxnet"; ssh: COMMAND)')
+    parser.add_argument('--port', type=int, help='scheduler port (default: a free one)')
+    parser.add_argument('--host-ip', default='auto',
+                        help='ssh: scheduler address the nodes connect to '
+                             '(default: guessed as dmlc_tracker does)')
+    parser.add_argument('--working-dir', help='ssh: remote directory (default: cwd)')
+    parser.add_argument('--ssh', default=SSH_DEFAULT, metavar='CMD',
+                        help='ssh: client command (default: %(default)s)')
+    parser.add_argument('command', nargs=argparse.REMAINDER, metavar='COMMAND...',
+                        help='what each worker runs, e.g. python train.py --kvstore ...')
+    return parser
+
+
+def parse_args(argv):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command[:1] == ['--']:
+        args.command = args.command[1:]
+    if not args.command:
+        parser.error('COMMAND is required')
+    if args.num_servers is None:
+        args.num_servers = args.num_workers
+    if args.num_workers < 1 or args.num_servers < 1:
+        parser.error('-n and -s must be at least 1')
+    if args.launcher == 'ssh' and not args.hostfile:
+        parser.error('--launcher ssh needs -H HOSTFILE')
+    try:
+        args.env = parse_env_pairs(args.env)
+    except ValueError as e:
+        parser.error(str(e))
+    return args
+
+
+def job_specs(args):
+    """NodeSpecs for the parsed command line."""
+    if args.launcher == 'local':
+        server = (shlex.split(args.server_command) if args.server_command
+                  else [sys.executable, '-c', 'import mxnet'])
+        port = args.port or free_port(LOOPBACK)
+        return local_nodes(args.num_workers, args.num_servers, args.command, server,
+                           port, args.env)
+    server = shlex.split(args.server_command) if args.server_command else args.command
+    port = args.port or free_port('')
+    commands = ssh_commands(parse_hostfile(args.hostfile), args.num_workers,
+                            args.num_servers, args.command, server,
+                            resolve_host_ip(args.host_ip), port, args.env,
+                            args.working_dir, args.ssh)
+    return ssh_nodes(commands)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    return run_job(job_specs(args), timeout=args.timeout,
+                   keep_stdin=args.launcher == 'ssh')
+
+
+if __name__ == '__main__':
+    sys.exit(main())

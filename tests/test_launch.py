@@ -1,0 +1,269 @@
+"""Tests of kvstore_ext/launch.py with real ps-lite processes (and ssh command building).
+
+The launcher is run as a script by path, so these tests do not depend on
+``kvstore_ext/__init__`` (which imports mxnet and needs the C++ plugin). Every job
+runs under a hard subprocess timeout, and the ``job_env`` fixture fails any test that
+leaves a ps-lite node behind. Nodes are recognised by DMLC_ROLE plus a per-test tag
+in their environment, so ps-lite jobs of other people on the same machine are never
+touched.
+"""
+import importlib.util
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from conftest import TAG_VAR, tagged_nodes
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCH = os.path.join(REPO, 'kvstore_ext', 'launch.py')
+SCRIPTS = os.path.join(REPO, 'tests', 'launch_worker_scripts')
+KV_JOB = os.path.join(SCRIPTS, 'kv_job.py')
+FAKE_SSH = os.path.join(SCRIPTS, 'fake_ssh.sh')
+DOC = os.path.join(REPO, 'docs', 'LAUNCH.md')
+PY = sys.executable
+JOB_TIMEOUT = 60                           # hard limit of any one launcher run
+
+
+def _load_launch():
+    """launch.py by path: importing the package would run kvstore_ext/__init__."""
+    spec = importlib.util.spec_from_file_location('kvx_launch_under_test', LAUNCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+launch = _load_launch()
+
+
+# ------------------------------------------------------------------ helpers
+# tagged_nodes and the job_env fixture live in conftest.py (shared with other
+# multi-process tests).
+
+def run_launcher(args, env, timeout=JOB_TIMEOUT):
+    """Run the launcher to completion: (returncode, stdout, stderr, seconds)."""
+    start = time.monotonic()
+    done = subprocess.run([PY, LAUNCH] + args, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - start
+
+
+def start_launcher(args, env):
+    """Popen of the launcher, SIGKILLed after JOB_TIMEOUT s whatever the test does."""
+    proc = subprocess.Popen([PY, LAUNCH] + args, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    killer = threading.Timer(JOB_TIMEOUT, proc.kill)
+    killer.daemon = True
+    killer.start()
+    proc.killer = killer
+    return proc
+
+
+def finish(proc):
+    """Make sure the launcher is gone and its pipes closed."""
+    proc.killer.cancel()
+    proc.kill()
+    proc.communicate()
+
+
+def kv_job(*options):
+    return [PY, KV_JOB] + list(options)
+
+
+def assert_prefixed(text, allowed):
+    """Every line starts with one of the node prefixes (no line was cut or mixed)."""
+    for line in text.splitlines():
+        assert re.match(allowed, line), 'unprefixed or interleaved line: %r' % line
+
+
+NODE_PREFIX = r'\[(scheduler|server \d+|worker \d+|launch)\] '
+
+
+# ------------------------------------------------------- local, real ps-lite
+
+@pytest.mark.parametrize('workers,servers', [(2, 1), (4, 2)])
+def test_dist_sync_sums_exact(job_env, workers, servers):
+    code, out, err, _ = run_launcher(
+        ['-n', str(workers), '-s', str(servers), '--env', 'PS_VERBOSE=1']
+        + kv_job('--rounds', '3'), job_env)
+    assert code == 0, err[-3000:]
+    ranks = sorted(int(m) for m in re.findall(r'^\[worker \d+\] rank (\d+) of %d ok$'
+                                              % workers, out, re.M))
+    assert ranks == list(range(workers))
+    assert_prefixed(out, r'\[worker \d+\] ')
+    assert_prefixed(err, NODE_PREFIX)
+    assert '[scheduler] ' in err and '[server %d] ' % (servers - 1) in err
+
+
+def test_worker_crash_stops_everything(job_env):
+    code, out, err, seconds = run_launcher(
+        ['-n', '2', '-s', '1'] + kv_job('--crash-worker', '1', '--rounds', '3'), job_env)
+    assert code == 3, err[-3000:]
+    assert '[worker 1] worker 1 crashing' in out
+    assert 'worker 1 exited with code 3' in err
+    assert seconds < 15, 'took %.1f s' % seconds
+
+
+def test_timeout_ends_hung_job(job_env):
+    code, out, err, seconds = run_launcher(
+        ['-n', '1', '-s', '1', '--timeout', '5'] + kv_job('--hang'), job_env)
+    assert code == launch.EXIT_TIMEOUT
+    assert 'timeout' in err
+    assert seconds < 5 + launch.KILL_GRACE + 5
+
+
+def test_sigint_stops_everything(job_env):
+    proc = start_launcher(['-n', '1', '-s', '1'] + kv_job('--hang'), job_env)
+    try:
+        line = proc.stdout.readline()           # the worker is inside ps-lite now
+        assert line == '[worker 0] ready\n'
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=15)
+        err = proc.stderr.read()
+    finally:
+        finish(proc)
+    assert code == 128 + signal.SIGINT
+    assert 'received SIGINT' in err
+
+
+def test_launcher_sigkill_takes_nodes_along(job_env):
+    proc = start_launcher(['-n', '1', '-s', '1'] + kv_job('--hang'), job_env)
+    try:
+        assert proc.stdout.readline() == '[worker 0] ready\n'
+        assert len(tagged_nodes(job_env[TAG_VAR])) == 3
+        proc.kill()                              # no chance to clean up: PDEATHSIG must
+        proc.wait(timeout=10)
+    finally:
+        finish(proc)
+    # the job_env fixture checks that scheduler, server and workers died with it
+
+
+def test_port_in_environment_is_removed(job_env):
+    port = launch.free_port()
+    job_env['PORT'] = str(port)     # the trap: a node claiming the scheduler's port
+    code, out, err, _ = run_launcher(
+        ['-n', '2', '-s', '1', '--port', str(port)] + kv_job('--expect-no-port'), job_env)
+    assert code == 0, err[-3000:]
+    assert out.count(' of 2 ok') == 2
+
+
+def test_help_explains_the_traps():
+    done = subprocess.run([PY, LAUNCH, '--help'], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0
+    for word in ('PORT', 'isAlive', '127.0.0.1', '--timeout', '--server-command', 'ssh'):
+        assert word in done.stdout
+
+
+# ------------------------------------------------------------- ssh commands
+
+def write_hostfile(tmp_path, text):
+    path = tmp_path / 'hosts'
+    path.write_text(text)
+    return str(path)
+
+
+def test_parse_hostfile(tmp_path):
+    path = write_hostfile(tmp_path, '# cluster\nnode-a\n\nnode-b:2222\nnode-c slots=4\n')
+    assert launch.parse_hostfile(path) == [('node-a', '22'), ('node-b', '2222'),
+                                           ('node-c', '22')]
+
+
+def env_of(script):
+    """{name: value} exported by a node's remote script."""
+    return dict(re.findall(r"export (\w+)=('[^']*'|\S+?);", script))
+
+
+def remote_script_of(role, line):
+    """(ssh argv before the remote command, the sh script the node runs)."""
+    if role == 'scheduler':
+        return [], line                  # run locally by /bin/sh -c
+    argv = shlex.split(line)
+    return argv[:-1], argv[-1]
+
+
+def test_ssh_commands(tmp_path):
+    hosts = launch.parse_hostfile(write_hostfile(tmp_path, 'node-a\nnode-b:2222\n'))
+    base_env = {'PORT': '8080', 'MXNET_KVSTORE_BIGARRAY_BOUND': '1000',
+                'PYTHONPATH': '/opt/kvx', 'HOME': '/root'}
+    commands = launch.ssh_commands(
+        hosts, 3, 2, ['python', 'train.py', '--kvstore', 'dist_sync_hylo'],
+        ['python', '-c', 'import mxnet'], '10.0.0.1', 9091, {'OMP_NUM_THREADS': '2'},
+        '/work dir', base_env=base_env)
+
+    assert [role for _, role, _ in commands] == ['scheduler'] + ['server'] * 2 + ['worker'] * 3
+    assert [host for host, _, _ in commands] == ['10.0.0.1', 'node-a', 'node-b', 'node-a',
+                                                 'node-b', 'node-a']
+    ids = {'server': iter(range(2)), 'worker': iter(range(3))}
+    for host, role, line in commands:
+        ssh_argv, script = remote_script_of(role, line)
+        env = env_of(script)
+        if role == 'scheduler':
+            assert ssh_argv == []                     # runs on the launching machine
+        else:
+            assert ssh_argv[:3] == ['ssh', '-o', 'StrictHostKeyChecking=no']
+            assert ssh_argv[-3:] == ['-p', '2222' if host == 'node-b' else '22', host]
+            key = 'DMLC_SERVER_ID' if role == 'server' else 'DMLC_WORKER_ID'
+            assert env[key] == str(next(ids[role]))
+        assert env['DMLC_ROLE'] == role
+        assert env['DMLC_PS_ROOT_URI'] == '10.0.0.1'
+        assert env['DMLC_PS_ROOT_PORT'] == '9091'
+        assert env['DMLC_NUM_WORKER'] == '3' and env['DMLC_NUM_SERVER'] == '2'
+        assert env['DMLC_NODE_HOST'] == host
+        assert env['MXNET_KVSTORE_BIGARRAY_BOUND'] == '1000'
+        assert env['PYTHONPATH'] == '/opt/kvx' and env['OMP_NUM_THREADS'] == '2'
+        assert 'PORT' not in env and 'HOME' not in env
+        assert 'unset PORT;' in script
+        assert "cd '/work dir'" in script
+        expected = ('python train.py --kvstore dist_sync_hylo' if role == 'worker'
+                    else "python -c 'import mxnet'")
+        assert expected + ' & pid=$!' in script
+
+
+def test_ssh_job_through_fake_ssh(job_env, tmp_path):
+    """The ssh layer runs a real job; remote nodes (own sessions) die with it."""
+    hostfile = write_hostfile(tmp_path, '127.0.0.1\n127.0.0.1:2222\n')
+    code, out, err, seconds = run_launcher(
+        ['--launcher', 'ssh', '-H', hostfile, '--host-ip', '127.0.0.1', '--ssh', FAKE_SSH,
+         '-n', '2', '-s', '1']
+        + kv_job('--crash-worker', '1', '--rounds', '3'), job_env)
+    assert code == 3, err[-3000:]
+    assert '[worker 1] worker 1 crashing' in out
+    assert 'worker 1 exited with code 3' in err
+    assert seconds < 20
+
+
+# ------------------------------------------------- MXNet's own tools/launch.py
+
+def doc_oneliner():
+    """The loopback one-liner documented in docs/LAUNCH.md for tools/launch.py."""
+    with open(DOC) as f:
+        text = f.read()
+    match = re.search(r'<!-- tools-launch-local -->\s*```\w*\n(python -c ".*?")', text, re.S)
+    assert match, 'one-liner marker missing from docs/LAUNCH.md'
+    return shlex.split(match.group(1))
+
+
+@pytest.mark.parametrize('how', ['run_mxnet_tools_launch', 'doc_oneliner'])
+def test_mxnet_tools_launch_with_fix(job_env, how):
+    if how == 'run_mxnet_tools_launch':   # loaded by path: kvstore_ext/__init__ not needed
+        fix = [PY, '-c', 'import runpy; runpy.run_path(%r)["run_mxnet_tools_launch"]()'
+               % LAUNCH]
+    else:
+        fix = [PY if word == 'python' else word for word in doc_oneliner()]
+    job_env['PORT'] = '9999'
+    done = subprocess.run(
+        fix + ['-n', '2', '-s', '1', '--launcher', 'local']
+        + kv_job('--expect-no-port', '--print-env'),
+        env=job_env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(' of 2 ok') == 2, done.stdout + done.stderr[-3000:]
+    assert done.stdout.count('env DMLC_PS_ROOT_URI=127.0.0.1 DMLC_NODE_HOST=127.0.0.1') == 2
