@@ -102,7 +102,8 @@ def train(net, trainer, kv, train_batches, eval_fn, args, log, ctxs, batches_per
                 batch_losses = [loss_fn(o, y) for o, y in zip(outs, labels)]
             for l in batch_losses:
                 l.backward()
-            trainer.step(data.shape[0])
+            # the kvstore sums over workers: normalise by the global batch
+            trainer.step(data.shape[0] * kv.num_workers)
             metric.update(labels, outs)
             losses.append(sum(l.mean().asscalar() for l in batch_losses) / len(batch_losses))
             seen += data.shape[0]

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 LOOPBACK = '127.0.0.1'
 KILL_GRACE = 3.0        # seconds between SIGTERM and SIGKILL when stopping nodes
@@ -239,6 +239,47 @@ def ssh_nodes(commands):
         ranks[role] = rank + 1
         nodes.append(NodeSpec(role, rank, ['/bin/sh', '-c', line], env, host))
     return nodes
+
+
+# ---------------------------------------------------------- network namespaces
+
+def in_namespaces(specs, placement):
+    """The same nodes, each run inside a network namespace (an emulated cluster).
+
+    ``placement(spec) -> (netns, ip)``. Each node runs through ``ip netns exec NETNS``
+    (root only), advertises ``ip`` (DMLC_NODE_HOST) and finds the scheduler at the
+    scheduler's ``ip`` (DMLC_PS_ROOT_URI). Used by bench/cluster.py and --netns-prefix.
+    """
+    places = [placement(spec) for spec in specs]
+    root_uri = [ip for spec, (_, ip) in zip(specs, places) if spec.role == 'scheduler'][0]
+    return [replace(spec, argv=['ip', 'netns', 'exec', netns] + list(spec.argv), host=ip,
+                    env=dict(spec.env, DMLC_NODE_HOST=ip, DMLC_PS_ROOT_URI=root_uri))
+            for spec, (netns, ip) in zip(specs, places)]
+
+
+def netns_name(prefix, role, rank):
+    """--netns-prefix: PREFIX-scheduler, PREFIX-server-N, PREFIX-worker-N."""
+    return '%s-%s' % (prefix, role) if role == 'scheduler' else '%s-%s-%d' % (prefix, role, rank)
+
+
+def netns_ipv4(netns):
+    """First global IPv4 address inside ``netns``."""
+    out = subprocess.run(['ip', '-n', netns, '-4', '-o', 'addr', 'show', 'scope', 'global'],
+                         capture_output=True, text=True)
+    for line in out.stdout.splitlines():       # "2: eth0    inet 10.0.0.3/24 ..."
+        words = line.split()
+        if 'inet' in words:
+            return words[words.index('inet') + 1].split('/')[0]
+    raise RuntimeError('network namespace %s has no IPv4 address%s'
+                       % (netns, (': ' + out.stderr.strip()) if out.stderr.strip() else ''))
+
+
+def prefix_placement(prefix):
+    """placement for in_namespaces: existing namespaces named by ``netns_name``."""
+    def placement(spec):
+        netns = netns_name(prefix, spec.role, spec.rank)
+        return netns, netns_ipv4(netns)
+    return placement
 
 
 # ------------------------------------------------------------------ processes
@@ -516,6 +557,10 @@ local (default): scheduler, servers and workers on 127.0.0.1, root port picked f
   --server-command. Nodes inherit this environment (PYTHONPATH included) minus PORT,
   plus DMLC_ROLE, DMLC_PS_ROOT_URI/PORT, DMLC_NODE_HOST, DMLC_NUM_WORKER/SERVER,
   DMLC_WORKER_ID/SERVER_ID and --env pairs.
+--netns-prefix P (local, root): each node runs in an existing network namespace
+  (P-scheduler, P-server-N, P-worker-N; e.g. made by bench/netns.py up) via
+  "ip netns exec", with DMLC_NODE_HOST = its namespace's IPv4 address and
+  DMLC_PS_ROOT_URI = the scheduler's.
 ssh: the scheduler runs here (at --host-ip), servers then workers round-robin over
   the hostfile's hosts (one 'host[:port]' a line), each through
   "ssh host 'export ...; unset PORT; cd DIR; COMMAND'"; the default server command is
@@ -557,6 +602,9 @@ def build_parser():
     parser.add_argument('--host-ip', default='auto',
                         help='ssh: scheduler address the nodes connect to '
                              '(default: guessed as dmlc_tracker does)')
+    parser.add_argument('--netns-prefix', metavar='PREFIX',
+                        help='local: run each node in network namespace '
+                             'PREFIX-scheduler / PREFIX-server-N / PREFIX-worker-N (root)')
     parser.add_argument('--working-dir', help='ssh: remote directory (default: cwd)')
     parser.add_argument('--ssh', default=SSH_DEFAULT, metavar='CMD',
                         help='ssh: client command (default: %(default)s)')
@@ -578,6 +626,8 @@ def parse_args(argv):
         parser.error('-n and -s must be at least 1')
     if args.launcher == 'ssh' and not args.hostfile:
         parser.error('--launcher ssh needs -H HOSTFILE')
+    if args.launcher == 'ssh' and args.netns_prefix:
+        parser.error('--netns-prefix places local nodes; not with --launcher ssh')
     try:
         args.env = parse_env_pairs(args.env)
     except ValueError as e:
@@ -591,8 +641,10 @@ def job_specs(args):
         server = (shlex.split(args.server_command) if args.server_command
                   else [sys.executable, '-c', 'import mxnet'])
         port = args.port or free_port(LOOPBACK)
-        return local_nodes(args.num_workers, args.num_servers, args.command, server,
-                           port, args.env)
+        nodes = local_nodes(args.num_workers, args.num_servers, args.command, server,
+                            port, args.env)
+        return in_namespaces(nodes, prefix_placement(args.netns_prefix)) \
+            if args.netns_prefix else nodes
     server = shlex.split(args.server_command) if args.server_command else args.command
     port = args.port or free_port('')
     commands = ssh_commands(parse_hostfile(args.hostfile), args.num_workers,
@@ -604,7 +656,12 @@ def job_specs(args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return run_job(job_specs(args), timeout=args.timeout,
+    try:
+        specs = job_specs(args)
+    except RuntimeError as e:       # e.g. a --netns-prefix namespace without address
+        say('cannot start the job: %s' % e)
+        return 2
+    return run_job(specs, timeout=args.timeout,
                    keep_stdin=args.launcher == 'ssh')
 
 

@@ -1,15 +1,18 @@
 """Access to the plugin's MXNet operators (``kvx_*``), loaded on first use.
 
-Looked up in ``mxnet.ndarray.op`` rather than ``mx.nd`` because server processes
-run with ``mxnet`` only partly imported.
+Kept in ``_lib.OPS`` (not looked up in ``mx.nd``, which server processes, running
+with ``mxnet`` only partly imported, may not have bound yet).
 """
 from . import _lib
 
 
 def op(name):
+    if _lib.OPS:
+        return _lib.OPS[name]
+    if _lib._missing is not None:
+        raise _lib._missing
     _lib.load()
-    from mxnet.ndarray import op as nd_op
-    return getattr(nd_op, name)
+    return _lib.OPS[name]
 
 
 def shape_attr(shape):

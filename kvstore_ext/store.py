@@ -8,6 +8,10 @@ One ``pushpull`` for one key:
 4. the transport exchanges payloads and returns the float32 sum over workers;
 5. the sum is written to every device's output.
 
+A float32 tensor the scheme leaves uncompressed takes MXNet's own pushpull instead
+(no payload to build), so such tensors cost what they cost in ``dist_sync``; like
+there, a NaN in them reaches the sum (no residual is at stake).
+
 Gluon calls ``pushpull`` with ``update_on_kvstore=False`` (``is_capable('optimizer')``
 is False), so the optimizer runs on the workers on the summed gradient, exactly as
 with MXNet's ``dist_sync`` and ``update_on_kvstore=False``.
@@ -19,6 +23,7 @@ from mxnet import ndarray
 from mxnet.context import cpu
 
 from . import chunking
+from .codecs import FP32Codec
 from .memory import ResidualMemory
 from .stats import CommStats
 
@@ -31,6 +36,13 @@ class _KeyState:
     def __init__(self, key, shape, dtype):
         self.key, self.shape, self.dtype = key, shape, dtype
         self.codec = self.chunks = self.residual = None
+        self.plain = False
+
+
+def _copy(src, dst):
+    """``src.copyto(dst)`` unless they are the same array (e.g. broadcast in place)."""
+    if src.handle.value != dst.handle.value:
+        src.copyto(dst)
 
 
 def _as_list(x):
@@ -117,7 +129,7 @@ class CompressedKVStore(KVStoreBase):
         result = self._transport.broadcast(key, value.as_in_context(cpu()))
         for o in _as_list(out):
             self._check_out(key, o)
-            result.copyto(o)
+            _copy(result, o)
 
     def pushpull(self, key, value, out=None, priority=0):
         """Sum ``value`` over devices and workers (compressed) into ``out`` or ``value``."""
@@ -134,24 +146,34 @@ class CompressedKVStore(KVStoreBase):
             self._check_value(key, v, state)
         for o in outs:
             self._check_out(key, o)
-        grad = self._sum_devices(values)
-        summed = self._exchange(state, grad)
-        for o in outs:
-            summed.copyto(o)
-
-    def _exchange(self, state, grad):
         if state.codec is None:
-            state.codec = self._scheme.codec_for(state.shape, state.dtype)
-            state.chunks = chunking.split(state.codec, self._scheme.params['chunk_size'])
-            if state.codec.uses_residual:
-                state.residual = self._memory.get(state.key, state.shape)
-            self._transport.declare(state.key, state.chunks)
+            self._plan(state)
+        if state.plain:
+            pushed, pulled = self._transport.pushpull_plain(key, values, outs)
+            self._stats.record(key, values[0].size * 4, pushed, pulled)
+            return
+        grad = self._sum_devices(values)
         if state.dtype != np.float32:
             grad = grad.astype(np.float32)
-        summed, pushed, pulled = self._transport.pushpull(state.key, state.chunks, grad,
+        summed, pushed, pulled = self._transport.pushpull(key, state.chunks, grad,
                                                           state.residual)
-        self._stats.record(state.key, grad.size * 4, pushed, pulled)
-        return summed if state.dtype == np.float32 else summed.astype(state.dtype)
+        self._stats.record(key, grad.size * 4, pushed, pulled)
+        if state.dtype != np.float32:
+            summed = summed.astype(state.dtype)
+        for o in outs:
+            _copy(summed, o)
+
+    def _plan(self, state):
+        """Codec, chunks and residual of a key, once, at its first pushpull."""
+        state.codec = self._scheme.codec_for(state.shape, state.dtype)
+        state.chunks = chunking.split(state.codec, self._scheme.params['chunk_size'])
+        # plain: a float32 tensor sent as it is, in one piece: no payload to build,
+        # so it takes MXNet's own path (the plugin then costs what dist_sync costs)
+        state.plain = (isinstance(state.codec, FP32Codec) and len(state.chunks) == 1
+                       and state.dtype == np.float32)
+        if state.codec.uses_residual:
+            state.residual = self._memory.get(state.key, state.shape)
+        self._transport.declare(state.key, state.chunks)
 
     @staticmethod
     def _sum_devices(values):

@@ -213,7 +213,7 @@ def test_comm_stats_counts_bytes():
     raw = 4 * sum(int(np.prod(s)) for s in shapes.values())
     conv_payload = 8 + 4 + 4 * 90          # header, 4 indices, 4 filters of 90
     fc_payload = 8 + -(-3000 // 15)
-    bias_payload = 8 + 40
+    bias_payload = 40                      # float32, additive: no header
     assert stats == {'raw_bytes': 3 * raw, 'steps': 3,
                      'push_bytes': 3 * 4 * (conv_payload + fc_payload + bias_payload),
                      'pull_bytes': 3 * raw}

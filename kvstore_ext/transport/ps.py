@@ -135,6 +135,12 @@ class PSTransport:
                                      self.num_workers))
         self._wire[key] = wire
 
+    def pushpull_plain(self, key, values, outs):
+        """Uncompressed float32 in one piece: MXNet's own pushpull (it sums devices)."""
+        wire = self._wire[key][0]
+        self._kv.pushpull(wire.key, values, out=outs)
+        return wire.bytes_per_step(), wire.bytes_per_step()
+
     def pushpull(self, key, chunks, grad, residual):
         """Push every chunk, then pull: the chunks of a tensor travel concurrently."""
         wire = self._wire[key]

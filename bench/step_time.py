@@ -1,0 +1,105 @@
+"""Time per step of the kvstore alone (no model compute), per kvstore type, on loopback.
+
+Each worker pushpulls random gradients of a real model's shapes, key by key as
+Gluon's Trainer does, and the median step time over many steps is reported, so the
+plugin's own overhead shows against MXNet's native ``dist_sync`` (target: the plugin
+with no compression, ``dist_sync_none``, at most 10% slower). One run, one table.
+
+    python bench/step_time.py [--workers 2 --servers 1 --steps 50 --model mnist_cnn]
+        [--kvstores dist_sync,dist_sync_none,dist_sync_hylo,...] [--json out.json]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def worker(args):
+    """Runs inside each worker: time ``args.steps`` steps, write rank 0's numbers."""
+    import mxnet as mx
+    import kvstore_ext  # noqa: F401
+    sys.path.insert(0, HERE)
+    from wire_bytes import model_shapes
+    shapes = list(model_shapes(args.model).values())
+    kv = mx.kv.create(args.kvstore)
+    kv.set_gradient_compression(json.loads(args.compression_params)) \
+        if args.compression_params != '{}' else None
+    rng = np.random.default_rng(kv.rank)
+    grads = [mx.nd.array(rng.standard_normal(s).astype(np.float32) * 1e-2) for s in shapes]
+    outs = [mx.nd.zeros(s) for s in shapes]
+    for i, g in enumerate(grads):
+        kv.broadcast(i, mx.nd.zeros(g.shape), outs[i])
+    times = []
+    for step in range(args.warmup + args.steps):
+        mx.nd.waitall()
+        start = time.perf_counter()
+        for i, g in enumerate(grads):
+            kv.pushpull(i, g, out=outs[i])
+        mx.nd.waitall()
+        times.append(time.perf_counter() - start)
+    if kv.rank == 0:
+        with open(args.out, 'w') as f:
+            json.dump({'times': times[args.warmup:],
+                       'stats': kv.comm_stats() if hasattr(kv, 'comm_stats') else None}, f)
+
+
+def run(kvstore, params, args):
+    out = tempfile.mktemp(suffix='.json')
+    cmd = [sys.executable, '-m', 'kvstore_ext.launch', '-n', str(args.workers), '-s',
+           str(args.servers), '--timeout', '600', sys.executable, os.path.abspath(__file__),
+           '--worker', '--kvstore', kvstore, '--compression-params', params,
+           '--model', args.model, '--steps', str(args.steps), '--warmup', str(args.warmup),
+           '--out', out]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        result = json.load(f)
+    os.unlink(out)
+    return result
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+    p.add_argument('--out', help=argparse.SUPPRESS)
+    p.add_argument('--kvstore', default='dist_sync', help=argparse.SUPPRESS)
+    p.add_argument('--compression-params', default='{}', help=argparse.SUPPRESS)
+    p.add_argument('--kvstores', default='dist_sync,dist_sync_none,dist_sync_hylo,'
+                   'dist_sync_hylo:{"aggregation":"homomorphic"},dist_sync_2bit')
+    p.add_argument('--workers', type=int, default=2)
+    p.add_argument('--servers', type=int, default=1)
+    p.add_argument('--model', default='mnist_cnn')
+    p.add_argument('--steps', type=int, default=50)
+    p.add_argument('--warmup', type=int, default=5)
+    p.add_argument('--json', default=None)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    rows = []
+    for spec in args.kvstores.split(','):
+        kvstore, _, params = spec.partition(':')
+        result = run(kvstore, params or '{}', args)
+        rows.append({'kvstore': spec, 'median_step_s': float(np.median(result['times'])),
+                     'p90_step_s': float(np.percentile(result['times'], 90)),
+                     'stats': result['stats']})
+    base = rows[0]['median_step_s']
+    print('%d workers, %d servers, model %s, %d steps' % (args.workers, args.servers,
+                                                         args.model, args.steps))
+    for r in rows:
+        print('%-48s median %7.2f ms  p90 %7.2f ms  x%.2f of %s' % (
+            r['kvstore'], 1e3 * r['median_step_s'], 1e3 * r['p90_step_s'],
+            r['median_step_s'] / base, rows[0]['kvstore']))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'workers': args.workers, 'servers': args.servers, 'model': args.model,
+                       'rows': rows}, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()
