@@ -23,6 +23,13 @@ def base_parser(description):
     p.add_argument('--num-epochs', type=int, default=3)
     p.add_argument('--batch-size', type=int, default=64, help='per worker')
     p.add_argument('--lr', type=float, default=0.05)
+    p.add_argument('--lr-mode', default='cosine', choices=('cosine', 'step', 'constant'),
+                   help='learning-rate schedule over the whole run')
+    p.add_argument('--lr-steps', default='', help="step mode: epochs at which the lr is "
+                   "multiplied by --lr-factor, e.g. '30,60,80'")
+    p.add_argument('--lr-factor', type=float, default=0.1)
+    p.add_argument('--warmup-epochs', type=float, default=0.0,
+                   help='linear warm-up of the lr from 0 over this many epochs')
     p.add_argument('--momentum', type=float, default=0.9)
     p.add_argument('--wd', type=float, default=1e-4)
     p.add_argument('--log-interval', type=int, default=20, help='batches between logs')
@@ -47,6 +54,23 @@ def create_kvstore(name, compression_params):
     if compression_params:
         kv.set_gradient_compression(compression_params)
     return kv
+
+
+def lr_scheduler(args, batches_per_epoch):
+    """The --lr-mode schedule in optimizer updates (one update per training step)."""
+    import mxnet as mx
+    total = max(1, int(args.num_epochs * batches_per_epoch))
+    warmup = int(args.warmup_epochs * batches_per_epoch)
+    if args.lr_mode == 'cosine':
+        return mx.lr_scheduler.CosineScheduler(max_update=total, base_lr=args.lr, final_lr=0,
+                                               warmup_steps=warmup)
+    if args.lr_mode == 'step' and args.lr_steps:
+        steps = [int(float(e) * batches_per_epoch) for e in args.lr_steps.split(',')]
+        return mx.lr_scheduler.MultiFactorScheduler(step=[max(1, s) for s in steps],
+                                                    factor=args.lr_factor, base_lr=args.lr,
+                                                    warmup_steps=warmup)
+    return mx.lr_scheduler.FactorScheduler(step=total + 1, factor=1.0, base_lr=args.lr,
+                                           warmup_steps=warmup)
 
 
 def traffic(kv):

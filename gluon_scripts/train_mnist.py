@@ -70,13 +70,15 @@ def main():
     net = build_net()
     net.initialize(mx.init.Xavier(), ctx=ctx)
     net.hybridize()
+    batches_per_epoch = len(y_train) // args.batch_size
     trainer = gluon.Trainer(net.collect_params(), 'sgd',
-                            {'learning_rate': args.lr, 'momentum': args.momentum, 'wd': args.wd},
-                            kvstore=kv)
+                            {'learning_rate': args.lr, 'momentum': args.momentum, 'wd': args.wd,
+                             'lr_scheduler': common.lr_scheduler(args, batches_per_epoch)},
+                            kvstore=kv, update_on_kvstore=False)
     log.info('kvstore %s, %d workers, %d training digits on this worker',
              kv.type, kv.num_workers, len(y_train))
     history = common.train(net, trainer, kv, train_batches, test_accuracy, args, log, [ctx],
-                           len(y_train) // args.batch_size)
+                           batches_per_epoch)
     if hasattr(kv, 'codec_plan'):
         log.info('codecs: %s', kv.codec_plan())
     common.summarize(args, kv, history, log)

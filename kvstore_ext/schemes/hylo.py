@@ -45,7 +45,7 @@ class Hylo(Scheme):
                                low=0, low_open=True, high=1),
         'conv_rate_max': Param('float', 0.1, 'conv rate of a layer at the size threshold',
                                low=0, low_open=True, high=1),
-        'fc_scale': Param('float', 1.0, 'FC threshold t = fc_scale * mean|acc|',
+        'fc_scale': Param('float', 2.0, 'FC threshold t = fc_scale * mean|acc|',
                           low=0, low_open=True),
         'fc_threshold': Param('float', 0.0, 'fixed FC threshold if > 0 (else adaptive)',
                               low=0),

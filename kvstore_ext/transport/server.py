@@ -21,8 +21,10 @@ import numpy as np
 from mxnet.optimizer import Optimizer
 
 from ..codecs.base import HEADER_WORDS
-from ..aggregate import payload_codec, header_size
-from ..errors import PayloadError
+from ..codecs.registry import codec_class
+from ..aggregate import header_size
+from ..errors import PayloadError, status_message
+from ..ops import op
 
 log = logging.getLogger('kvstore_ext.server')
 
@@ -33,6 +35,7 @@ class ServerAggregator(Optimizer):
     def __init__(self, num_workers):
         super().__init__()
         self.num_workers = int(num_workers)
+        self._row_ids = {}
 
     def create_state(self, index, weight):
         return None
@@ -41,17 +44,19 @@ class ServerAggregator(Optimizer):
         if weight.stype != 'row_sparse':
             grad.copyto(weight)
             return
+        from mxnet import ndarray
+        total = ndarray.zeros(weight.shape, dtype=np.float32)
         try:
-            summed = self._decode_slots(grad)
-        except (PayloadError, ValueError) as err:
+            self._decode_slots(grad, total)
+        except Exception as err:  # noqa: BLE001  a server must outlive any payload
             log.error('key %s: payload rejected, result set to NaN: %s', index, err)
-            summed = None
-        self._store(weight, summed)
+            total[:] = np.nan
+        self._store(weight, total)
 
     update_multi_precision = update
 
-    def _decode_slots(self, grad):
-        """float32 sum of the payloads in ``grad``'s worker slots."""
+    def _decode_slots(self, grad, total):
+        """Sum the payloads in ``grad``'s worker slots into the front of ``total``."""
         from mxnet import ndarray
         rows = grad.indices.asnumpy()
         if rows.size == 0 or rows.size % self.num_workers or \
@@ -59,33 +64,34 @@ class ServerAggregator(Optimizer):
             raise PayloadError('expected %d equal worker slots, got rows %s'
                                % (self.num_workers, rows[:8]))
         slots = grad.data.reshape((self.num_workers, -1))
-        acc, first = None, None
+        headers = ndarray.slice_axis(slots, axis=1, begin=0, end=HEADER_WORDS).asnumpy()
+        if not (headers[1:, :5] == headers[0, :5]).all():
+            raise PayloadError('workers sent payloads of different tensors or codecs')
+        codec = codec_class(headers[0, 1])
+        shape = codec.decode_shape(headers[0])
+        if int(np.prod(shape)) > total.size:
+            raise PayloadError('payload of %d elements for a key of %d'
+                               % (int(np.prod(shape)), total.size))
+        acc = total.reshape((-1,))[:int(np.prod(shape))].reshape(shape)
+        statuses = []
         for worker in range(self.num_workers):
-            slot = slots[worker]
-            header = slot[:HEADER_WORDS].asnumpy()
             try:
-                length, codec = header_size(header, slot.size), payload_codec(slot)
-                if first is None:
-                    first = header[:5].copy()
-                    acc = ndarray.zeros(codec.decode_shape(header), dtype=np.float32)
-                elif not np.array_equal(first, header[:5]):
-                    raise PayloadError('header differs from worker 0\'s')
-                codec.decode_add(slot[:length], acc)
+                length = header_size(headers[worker], slots.shape[1])
             except PayloadError as err:
                 raise PayloadError('worker %d: %s' % (worker, err)) from None
-        return acc
+            statuses.append(op(codec.decode_add_op)(slots[worker][:length], acc))
+        codes = ndarray.concat(*statuses, dim=0).asnumpy()
+        for worker, code in enumerate(codes):
+            if code:
+                raise PayloadError('worker %d: %s' % (worker, status_message(code)))
 
-    @staticmethod
-    def _store(weight, summed):
-        """Write ``summed`` (or NaN) into the first rows of the row_sparse ``weight``,
-        keeping every row present (the server's pull reads rows by position)."""
-        from mxnet import ndarray
+    def _store(self, weight, total):
+        """Replace the row_sparse ``weight`` by ``total`` with every row present (the
+        server's pull handler reads rows by position)."""
         from mxnet.ndarray import sparse
-        rows, width = weight.shape
-        full = ndarray.zeros((rows, width), dtype=np.float32)
-        flat = full.reshape((-1,))
-        if summed is None:
-            flat[:] = np.nan
-        else:
-            flat[:summed.size] = summed.reshape((-1,))
-        weight[:] = sparse.row_sparse_array((full, ndarray.arange(rows)), shape=weight.shape)
+        rows = self._row_ids.get(weight.shape[0])
+        if rows is None:
+            from mxnet import ndarray
+            rows = self._row_ids[weight.shape[0]] = ndarray.arange(weight.shape[0],
+                                                                    dtype='int64')
+        weight[:] = sparse.row_sparse_array((total, rows), shape=weight.shape)
