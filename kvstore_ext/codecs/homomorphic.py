@@ -4,8 +4,10 @@ Workers first agree, in a tiny sum-mode round, on what makes their payloads addi
 
 * FC (ternary): each worker contributes ``sum|acc|``; all then use
   ``t = scale * total / (num_workers * n)``, the mean of the thresholds each would
-  have chosen alone. Codes + 1 are packed as base-(2n+1) digits in float64 words, so
-  the server's float64 sum is exactly the packing of the summed codes + n.
+  have chosen alone. Codes + 1 are packed as base-(2n+1) digits in float32 words, D
+  digits a word with (2n+1)**D <= 2**24, so the server's float32 sum (in any order) is
+  exactly the packing of the summed codes + n. Not float64: MXNet's dist server sums
+  float64 pushes in float32 (measured), which would round words above 2**24.
 * Conv (filter selection): each worker contributes its per-filter scores (squared
   L2 norms of ``acc``); all pick the same top-k filters of the summed scores and
   send only their values (no indices), which add.
@@ -16,14 +18,15 @@ import math
 
 import numpy as np
 
-from .base import Codec, check_encoded
+from .base import Codec, check_decoded, check_encoded
 from ..ops import op, shape_attr
 
 
-def digits_per_float64(base):
-    """Largest D with base**D <= 2**53, so every packed word is an exact integer."""
+def digits_per_float32(base):
+    """Largest D with base**D <= 2**24, so every packed word, and the sum of the
+    workers' words, is an integer float32 holds exactly."""
     digits, power = 0, 1
-    while power * base <= 1 << 53:
+    while power * base <= 1 << 24:
         power *= base
         digits += 1
     return digits
@@ -32,7 +35,7 @@ def digits_per_float64(base):
 class HomTernaryCodec(Codec):
     name = 'ternary-sum'
     additive = True
-    sum_dtype = np.float64
+    sum_dtype = np.float32
 
     def __init__(self, shape, scale=1.0, threshold=0.0):
         super().__init__(shape)
@@ -43,7 +46,7 @@ class HomTernaryCodec(Codec):
         return type(self)((stop - start,), self.scale, self.threshold)
 
     def sum_words(self, num_workers):
-        return -(-self.size // digits_per_float64(2 * num_workers + 1))
+        return -(-self.size // digits_per_float32(2 * num_workers + 1))
 
     def agreement(self, grad, residual):
         from mxnet import ndarray
@@ -67,8 +70,10 @@ class HomTernaryCodec(Codec):
 
     def decode_sum(self, summed, num_workers, agreed=None):
         t = self.agreed_threshold(num_workers, agreed)
-        return op('kvx_ternary_decode_sum')(summed, threshold=t, num_workers=num_workers,
-                                            shape=shape_attr(self.shape))
+        out, status = op('kvx_ternary_decode_sum')(summed, threshold=t, num_workers=num_workers,
+                                                   shape=shape_attr(self.shape))
+        check_decoded(status, 'summed ternary payload')
+        return out
 
     def describe(self):
         return 'ternary (additive), t agreed'
@@ -110,8 +115,10 @@ class HomTopKCodec(Codec):
         return values
 
     def decode_sum(self, summed, num_workers, agreed=None):
-        return op('kvx_topk_scatter')(summed, self.agreed_filters(agreed),
-                                      shape=shape_attr(self.shape))
+        out, status = op('kvx_topk_scatter')(summed, self.agreed_filters(agreed),
+                                             shape=shape_attr(self.shape))
+        check_decoded(status, 'summed filter values')
+        return out
 
     def describe(self):
         return 'top %d of %d filters (additive, agreed)' % (self.k, self.shape[0])

@@ -6,6 +6,9 @@ On a non-finite ``acc`` it returns status NONFINITE, an invalid payload and the
 residual unchanged: a bad step never enters the error-feedback memory.
 Decoders return ``(values, status)``; they check the header and every index and word
 before use, and return zeros with a non-zero status for a malformed payload.
+Parameters are the caller's, not data: an invalid one (k out of range, a negative
+scale, a threshold not finite in float32) raises ValueError here where the C++ kernels
+return BAD_PARAM; ternary_decode_sum, a decoder, returns BAD_PARAM too.
 """
 import numpy as np
 
@@ -22,6 +25,12 @@ def _acc(grad, residual):
 
 def _invalid(n_words=HEADER_WORDS):
     return np.zeros(n_words, f32)
+
+
+def _finite_f32(x):
+    """True when the real x is finite and stays finite once rounded to float32."""
+    with np.errstate(over='ignore'):
+        return bool(np.isfinite(f32(x)))
 
 
 # -- fp32 pass-through ------------------------------------------------------------
@@ -78,18 +87,27 @@ def topk_encode(grad, residual, k):
     return payload, new_res.reshape(acc.shape), OK
 
 
+def indices_valid(idx, rows):
+    """Filter indices: integral, in [0, rows), strictly ascending (NaN fails every test)."""
+    idx = np.asarray(idx, np.float64)
+    return bool((idx == np.floor(idx)).all() and (idx >= 0).all() and (idx < rows).all()
+                and (np.diff(idx) > 0).all())
+
+
 def topk_decode(payload, n):
     status, k, f = check_header(payload, wire.TOPK, n)
     out = np.zeros(n, f32)
     if status != OK:
         return out, status
-    if k != int(k) or f != int(f) or k < 1 or f < 1 or n % int(f) != 0 \
-            or k * f > n or payload.size != HEADER_WORDS + k + k * f:
+    # Finite and integral before any int(): the header may hold NaN, Inf or 1e38.
+    if not (np.isfinite(k) and np.isfinite(f)) or k != np.floor(k) or f != np.floor(f) \
+            or k < 1 or f < 1 or k * f > n or payload.size != HEADER_WORDS + k + k * f:
         return out, BAD_PARAM
     k, f = int(k), int(f)
+    if n % f != 0:
+        return out, BAD_PARAM
     idx = payload[HEADER_WORDS:HEADER_WORDS + k]
-    if (idx != np.floor(idx)).any() or (idx < 0).any() or (idx >= n // f).any() \
-            or (np.diff(idx) <= 0).any():
+    if not indices_valid(idx, n // f):
         return out, BAD_INDEX
     vals = payload[HEADER_WORDS + k:].reshape(k, f)
     out.reshape(n // f, f)[idx.astype(np.int64)] = vals
@@ -97,22 +115,37 @@ def topk_decode(payload, n):
 
 
 def topk_gather(grad, residual, idx):
-    """Homomorphic conv: send the agreed filters ``idx`` (k*F values, no header)."""
+    """Homomorphic conv: send the agreed filters ``idx`` (k*F values, no header).
+
+    ``idx`` must be valid (``indices_valid``), else BAD_INDEX and the residual unchanged.
+    """
     acc = _acc(grad, residual)
     o = acc.shape[0]
     flat = acc.reshape(o, -1)
+    values = np.zeros(len(idx) * flat.shape[1], f32)
+    if len(idx) > o:
+        raise ValueError('%d indices for %d filters' % (len(idx), o))
+    if not indices_valid(idx, o):
+        return values, np.asarray(residual, f32).copy(), BAD_INDEX
     if not np.isfinite(acc).all():
-        return np.zeros(len(idx) * flat.shape[1], f32), np.asarray(residual, f32).copy(), NONFINITE
-    vals = flat[idx].reshape(-1).copy()
+        return values, np.asarray(residual, f32).copy(), NONFINITE
+    rows = np.asarray(idx).astype(np.int64)
     new_res = flat.copy()
-    new_res[idx] = 0
-    return vals, new_res.reshape(acc.shape), OK
+    new_res[rows] = 0
+    return flat[rows].reshape(-1).copy(), new_res.reshape(acc.shape), OK
 
 
 def topk_scatter(values, idx, shape):
+    """Rows ``idx`` of a zero tensor of ``shape`` get ``values`` (k*F of them)."""
     out = np.zeros(shape, f32)
-    out.reshape(shape[0], -1)[idx] = np.asarray(values, f32).reshape(len(idx), -1)
-    return out
+    rows = out.reshape(shape[0], -1)
+    if len(idx) > rows.shape[0] or np.size(values) != len(idx) * rows.shape[1]:
+        return out, BAD_PARAM
+    if not indices_valid(idx, rows.shape[0]):
+        return out, BAD_INDEX
+    rows[np.asarray(idx).astype(np.int64)] = np.asarray(values, f32).reshape(len(idx),
+                                                                              rows.shape[1])
+    return out, OK
 
 
 # -- ternary (Hylo FC 2-bit, adaptive threshold) ----------------------------------
@@ -121,8 +154,12 @@ TERNARY_BASE = 3
 
 
 def adaptive_threshold(acc, scale):
-    """t = scale * mean|acc|, the mean accumulated in float64, t rounded to float32."""
-    return f32(scale * (np.abs(acc.astype(np.float64)).sum() / acc.size))
+    """t = scale * mean|acc|, the mean accumulated in float64, t rounded to float32.
+
+    Inf when the product exceeds float32's range (the encoder then reports NONFINITE).
+    """
+    with np.errstate(over='ignore'):
+        return f32(scale * (np.abs(acc.astype(np.float64)).sum() / acc.size))
 
 
 def ternary_codes(acc, t):
@@ -141,11 +178,16 @@ def ternary_encode(grad, residual, scale, threshold=0.0):
     """Each value becomes 0, +t or -t; t = ``threshold`` if > 0, else adaptive.
 
     Payload: header (a = t, b = 3), then codes + 1 as base-3 digits, 15 per float32.
+    An adaptive t that overflows float32 (scale * mean|acc| > FLT_MAX) is NONFINITE.
     """
+    if not (np.isfinite(scale) and scale >= 0 and _finite_f32(threshold) and threshold >= 0):
+        raise ValueError('scale and threshold must be finite and >= 0 (threshold in float32)')
     acc = _acc(grad, residual)
     if not np.isfinite(acc).all():
         return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
     t = f32(threshold) if threshold > 0 else adaptive_threshold(acc, scale)
+    if not np.isfinite(t):
+        return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
     codes = ternary_codes(acc, t)
     body = pack_digits(codes + 1, TERNARY_BASE, f32)
     payload = np.concatenate([make_header(wire.TERNARY, acc.size, t, TERNARY_BASE, body.size),
@@ -169,32 +211,54 @@ def ternary_decode(payload, n):
     return (codes.astype(f32) * f32(t)).astype(f32), OK
 
 
+MAX_WORKERS = 1 << 20
+
+
 def sum_base(num_workers):
     """Base of the additive packing: digit sums of n workers lie in [0, 2n]."""
     return 2 * num_workers + 1
 
 
-def ternary_encode_sum(grad, residual, threshold, num_workers):
-    """Homomorphic FC: agreed t; codes + 1 as base-(2n+1) digits in float64, no header.
+def sum_words(n, num_workers):
+    """Words of a homomorphic ternary payload of n elements."""
+    return -(-n // digits_per_word(sum_base(num_workers), f32))
 
-    The element-wise sum of the n workers' payloads is the packing of the summed
-    codes + n, exactly (every partial sum is an integer below 2**53).
+
+def ternary_encode_sum(grad, residual, threshold, num_workers):
+    """Homomorphic FC: agreed t; codes + 1 as base-(2n+1) digits in float32, no header.
+
+    Float32 words because MXNet's dist server sums float64 pushes in float32 (measured:
+    1e15 + rank from 2 workers into a float64 key returns 1999999973982208).  D digits a
+    word with (2n+1)**D <= 2**24 (n = 2: 10, n = 4: 7, n = 8: 5), so every partial sum
+    of n workers' words, in any order, is an integer below 2**24, exact in float32, and
+    the total is the packing of the summed codes + n.
     """
+    if not (1 <= num_workers <= MAX_WORKERS and _finite_f32(threshold) and threshold >= 0):
+        raise ValueError('need 1 <= num_workers <= 2**20 and a finite threshold >= 0')
     acc = _acc(grad, residual)
     base = sum_base(num_workers)
-    words = -(-acc.size // digits_per_word(base, np.float64))
     if not np.isfinite(acc).all():
-        return np.zeros(words, np.float64), np.asarray(residual, f32).copy(), NONFINITE
+        return (np.zeros(sum_words(acc.size, num_workers), f32),
+                np.asarray(residual, f32).copy(), NONFINITE)
     codes = ternary_codes(acc, f32(threshold))
-    return (pack_digits(codes + 1, base, np.float64),
+    return (pack_digits(codes + 1, base, f32),
             _ternary_residual(acc, codes, f32(threshold)), OK)
 
 
 def ternary_decode_sum(words, threshold, num_workers, n):
-    """Decode a summed payload: sum of codes times t, per element."""
+    """Decode a summed payload (float32 words): sum of codes times t, per element."""
+    out = np.zeros(n, f32)
+    if not (1 <= num_workers <= MAX_WORKERS and _finite_f32(threshold) and threshold >= 0):
+        return out, BAD_PARAM
+    words = np.asarray(words)
+    if words.dtype != f32 or words.ndim != 1 or words.size != sum_words(n, num_workers):
+        return out, BAD_PARAM
     base = sum_base(num_workers)
-    codes = unpack_digits(np.asarray(words, np.float64), base, n) - num_workers
-    return (codes.astype(f32) * f32(threshold)).astype(f32)
+    limit = float(base) ** digits_per_word(base, f32)   # <= 2**24
+    if (words != np.floor(words)).any() or (words < 0).any() or (words >= limit).any():
+        return out, BAD_WORD
+    codes = unpack_digits(words, base, n) - num_workers
+    return (codes.astype(f32) * f32(threshold)).astype(f32), OK
 
 
 # -- MXNet's built-in 2-bit (fixed threshold), bit layout as MXNet's --------------
@@ -209,6 +273,8 @@ def twobit_encode(grad, residual, threshold):
     Returns (uint32 words, new residual).  Same maths as ternary_encode with a fixed
     threshold; only the bit layout differs (raw bits, for MXNet compatibility).
     """
+    if not (_finite_f32(threshold) and threshold >= 0):
+        raise ValueError('threshold must be finite (in float32) and >= 0')
     acc = _acc(grad, residual).reshape(-1)
     t = f32(threshold)
     codes = ternary_codes(acc, t)
@@ -222,6 +288,8 @@ def twobit_encode(grad, residual, threshold):
 
 
 def twobit_decode(words, threshold, n):
+    if not (_finite_f32(threshold) and threshold >= 0):
+        raise ValueError('threshold must be finite (in float32) and >= 0')
     raw = np.asarray(words, np.uint32).view(np.uint8)
     i = np.arange(n)
     byte = raw[(i >> 4) * 4 + ((i & 15) >> 2)]

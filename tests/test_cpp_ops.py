@@ -1,0 +1,700 @@
+"""Differential tests: the C++ operators of libkvx_ops.so against the NumPy reference.
+
+Every op runs through MXNet (mx.library.load + mx.nd.kvx_*) on random and awkward
+tensors, and its payloads, residuals and decodes must equal python/kvx_ref's bit for bit.
+The one quantity not compared bit for bit is the adaptive ternary threshold t (a float64
+sum whose order is an implementation detail): t is compared with rtol 1e-6, then the
+payload is compared exactly with the reference encoded at that t.
+
+The library comes from $KVX_OPS_LIB, else build/libkvx_ops.so (see the ``ops`` fixture).
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'python'))
+
+from kvx_ref import codecs as ref  # noqa: E402
+from kvx_ref import wire  # noqa: E402
+
+mx = pytest.importorskip('mxnet')
+
+f32 = np.float32
+
+
+# ---- fixtures and helpers ----------------------------------------------------------
+
+@pytest.fixture(scope='session')
+def library_path():
+    """The plugin under test: $KVX_OPS_LIB, else the development build."""
+    path = os.environ.get('KVX_OPS_LIB') or os.path.join(REPO, 'build', 'libkvx_ops.so')
+    if not os.path.isfile(path):
+        if os.environ.get('KVX_OPS_LIB'):
+            pytest.fail('KVX_OPS_LIB=%s does not exist' % path)
+        pytest.skip('%s not built (cmake -S . -B build && cmake --build build)' % path)
+    return os.path.abspath(path)
+
+
+@pytest.fixture(scope='session')
+def ops(library_path):
+    """mx.nd with the kvx_* operators registered (the library is loaded once)."""
+    if not hasattr(mx.nd, 'kvx_fp32_encode'):
+        mx.library.load(library_path, verbose=False)
+    return mx.nd
+
+
+def nd(x):
+    return mx.nd.array(x, dtype=x.dtype)
+
+
+def same_bits(a, b):
+    """Exact equality, distinguishing -0.0 from +0.0 and comparing NaN payload bits."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    view = {4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    return np.array_equal(a.view(view), b.view(view))
+
+
+def status_of(s):
+    return int(s.asnumpy()[0])
+
+
+def make(shape, kind, seed):
+    """Awkward tensors: random, zeros, huge/tiny magnitudes, mixed, integers (ties)."""
+    rng = np.random.default_rng(seed)
+    if kind == 'randn':
+        return rng.standard_normal(shape).astype(f32)
+    if kind == 'zeros':
+        return np.zeros(shape, f32)
+    if kind == 'huge':
+        return (rng.standard_normal(shape) * 1e30).astype(f32)
+    if kind == 'tiny':
+        return (rng.standard_normal(shape) * 1e-30).astype(f32)
+    if kind == 'mixed':
+        return (rng.standard_normal(shape) * 10.0 ** rng.integers(-20, 20, shape)).astype(f32)
+    if kind == 'ints':   # small integers: many equal values and equal filter scores
+        return rng.integers(-2, 3, shape).astype(f32)
+    raise ValueError(kind)
+
+
+def grad_residual(shape, kind, seed):
+    grad = make(shape, kind, seed)
+    residual = (make(shape, kind, seed + 1) * f32(0.25)).astype(f32)
+    return grad, residual
+
+
+KINDS = ['randn', 'zeros', 'huge', 'tiny', 'mixed', 'ints']
+
+
+# ---- fp32 ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize('shape', [(1,), (7,), (3, 5), (16, 3, 3, 3)])
+@pytest.mark.parametrize('kind', KINDS)
+def test_fp32_roundtrip(ops, shape, kind):
+    grad = make(shape, kind, 1)
+    payload, status = ops.kvx_fp32_encode(nd(grad))
+    want, want_status = ref.fp32_encode(grad)
+    assert status_of(status) == want_status == 0
+    assert same_bits(payload.asnumpy(), want)
+    n = grad.size
+    out, status = ops.kvx_fp32_decode(payload, size=n)
+    assert status_of(status) == 0 and same_bits(out.asnumpy(), ref.fp32_decode(want, n)[0])
+    out, status = ops.kvx_fp32_decode(payload, shape=shape)
+    assert out.shape == shape and same_bits(out.asnumpy().reshape(-1), grad.reshape(-1))
+    acc = make(shape, 'randn', 2)
+    acc_nd = nd(acc)
+    assert status_of(ops.kvx_fp32_decode_add(payload, acc_nd)) == 0
+    assert same_bits(acc_nd.asnumpy(), acc + grad)
+
+
+def test_finite_check(ops):
+    x = make((5, 7), 'randn', 3)
+    assert status_of(ops.kvx_finite_check(nd(x))) == 0
+    for bad in [np.nan, np.inf, -np.inf]:
+        y = x.copy()
+        y[4, 6] = bad
+        assert status_of(ops.kvx_finite_check(nd(y))) == wire.NONFINITE
+
+
+# ---- top-k -----------------------------------------------------------------------------
+
+TOPK_SHAPES = [(1, 1), (7,), (10, 3), (16, 8, 3, 3), (64, 3, 5, 5), (3, 20000)]
+
+
+def ks_for(o):
+    return sorted({1, max(1, o // 3), o})
+
+
+@pytest.mark.parametrize('shape', TOPK_SHAPES)
+@pytest.mark.parametrize('kind', KINDS)
+def test_topk_encode_decode(ops, shape, kind):
+    o = shape[0]
+    n = int(np.prod(shape))
+    for k in ks_for(o):
+        grad, residual = grad_residual(shape, kind, 10 + k)
+        want, want_res, want_status = ref.topk_encode(grad, residual, k)
+        res_nd = nd(residual)
+        payload, status = ops.kvx_topk_encode(nd(grad), res_nd, k=k)
+        assert status_of(status) == want_status == 0
+        assert same_bits(payload.asnumpy(), want), (shape, kind, k)
+        assert same_bits(res_nd.asnumpy(), want_res)
+        out, status = ops.kvx_topk_decode(payload, shape=shape)
+        want_out, _ = ref.topk_decode(want, n)
+        assert status_of(status) == 0 and out.shape == shape
+        assert same_bits(out.asnumpy().reshape(-1), want_out)
+        acc = make(shape, 'randn', 5)
+        acc_nd = nd(acc)
+        assert status_of(ops.kvx_topk_decode_add(payload, acc_nd)) == 0
+        # The op adds to the sent filters only, so -0.0 elsewhere stays -0.0: compare by ==.
+        assert np.array_equal(acc_nd.asnumpy(), acc + want_out.reshape(shape))
+
+
+def test_topk_ties_and_equal_filters(ops):
+    """Equal scores resolve to the lower index: permuted copies of one filter, zeros."""
+    rng = np.random.default_rng(4)
+    base = rng.integers(-3, 4, 12).astype(f32)   # integer squares: sums exact in any order
+    grad = np.stack([rng.permutation(base) for _ in range(9)]).astype(f32)   # equal norms
+    for g in [grad, np.zeros((9, 12), f32), np.ones((9, 12), f32)]:
+        for k in [1, 4, 9]:
+            residual = np.zeros_like(g)
+            res_nd = nd(residual)
+            payload, _ = ops.kvx_topk_encode(nd(g), res_nd, k=k)
+            want, want_res, _ = ref.topk_encode(g, residual, k)
+            assert same_bits(payload.asnumpy(), want)
+            assert list(payload.asnumpy()[8:8 + k]) == list(range(k))
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_filter_scores(ops, kind):
+    for shape in TOPK_SHAPES:
+        x = make(shape, kind, 6)
+        got = ops.kvx_filter_scores(nd(x)).asnumpy()
+        assert same_bits(got, ref.filter_scores(x).astype(f32))
+
+
+@pytest.mark.parametrize('shape', [(1, 1), (10, 3), (16, 8, 3, 3), (64, 3, 5, 5)])
+@pytest.mark.parametrize('kind', ['randn', 'zeros', 'mixed'])
+def test_topk_gather_scatter(ops, shape, kind):
+    o = shape[0]
+    for k in ks_for(o):
+        grad, residual = grad_residual(shape, kind, 20 + k)
+        idx = ref.topk_select(ref.filter_scores(grad + residual), k)
+        res_nd = nd(residual)
+        values, status = ops.kvx_topk_gather(nd(grad), res_nd, nd(idx.astype(f32)))
+        want_values, want_res, want_status = ref.topk_gather(grad, residual, idx)
+        assert status_of(status) == want_status == 0
+        assert same_bits(values.asnumpy(), want_values)
+        assert same_bits(res_nd.asnumpy(), want_res)
+        # Summed values of several workers scatter like the reference.
+        summed = (want_values * 3).astype(f32)
+        out, status = ops.kvx_topk_scatter(nd(summed), nd(idx.astype(f32)), shape=shape)
+        want_out, want_status = ref.topk_scatter(summed, idx, shape)
+        assert status_of(status) == want_status == 0
+        assert same_bits(out.asnumpy(), want_out)
+
+
+@pytest.mark.parametrize('bad', [[1, 1], [3, 2], [-1, 2], [0, 10], [0.5, 2], [np.nan, 2],
+                                 [1, np.inf], [-np.inf, 2], [1e30, 2]])
+def test_topk_gather_scatter_bad_indices(ops, bad):
+    grad, residual = grad_residual((10, 3), 'randn', 7)
+    idx = np.array(bad, f32)
+    res_nd = nd(residual)
+    values, status = ops.kvx_topk_gather(nd(grad), res_nd, nd(idx))
+    want_values, want_res, want_status = ref.topk_gather(grad, residual, idx)
+    assert status_of(status) == want_status == wire.BAD_INDEX
+    assert same_bits(res_nd.asnumpy(), residual) and same_bits(want_res, residual)
+    assert same_bits(values.asnumpy(), want_values) and not want_values.any()
+    out, status = ops.kvx_topk_scatter(nd(np.ones(6, f32)), nd(idx), shape=(10, 3))
+    want_out, want_status = ref.topk_scatter(np.ones(6, f32), idx, (10, 3))
+    assert status_of(status) == want_status == wire.BAD_INDEX
+    assert same_bits(out.asnumpy(), want_out) and not want_out.any()
+
+
+def test_topk_gather_bad_indices_before_nonfinite():
+    """Index checks come first: bad indices and a NaN gradient give BAD_INDEX."""
+    grad, residual = grad_residual((10, 3), 'randn', 8)
+    grad[2, 1] = np.nan
+    assert ref.topk_gather(grad, residual, np.array([4, 4]))[2] == wire.BAD_INDEX
+    assert ref.topk_gather(grad, residual, np.array([2, 4]))[2] == wire.NONFINITE
+
+
+def test_topk_scatter_reference_params():
+    """The reference's scatter: values of the wrong length, more indices than filters."""
+    assert ref.topk_scatter(np.ones(5, f32), np.array([1, 2]), (4, 3))[1] == wire.BAD_PARAM
+    assert ref.topk_scatter(np.ones(15, f32), np.arange(5), (4, 3))[1] == wire.BAD_PARAM
+    out, status = ref.topk_scatter(np.zeros(0, f32), np.zeros(0), (4, 3))
+    assert status == wire.OK and out.shape == (4, 3) and not out.any()
+
+
+# ---- ternary --------------------------------------------------------------------------
+
+TERNARY_SHAPES = [(1,), (14,), (15,), (16,), (31,), (7, 11), (1000,), (64, 3, 3, 3), (12345,)]
+
+
+def check_ternary(ops, grad, residual, scale, threshold):
+    """Encode with the op; compare with the reference at the op's t (see module doc)."""
+    res_nd = nd(residual)
+    payload, status = ops.kvx_ternary_encode(nd(grad), res_nd, scale=scale, threshold=threshold)
+    assert status_of(status) == 0
+    got = payload.asnumpy()
+    t = got[5]
+    if threshold > 0:
+        assert t == f32(threshold)
+    else:
+        want_t = ref.adaptive_threshold((grad + residual).astype(f32), scale)
+        assert np.isclose(t, want_t, rtol=1e-6, atol=0), (t, want_t)
+        threshold = float(t)   # the reference with t fixed to the op's t
+    want, want_res, want_status = ref.ternary_encode(grad, residual, scale, threshold)
+    assert want_status == 0
+    assert same_bits(got, want)
+    assert same_bits(res_nd.asnumpy(), want_res)
+    return payload, want
+
+
+@pytest.mark.parametrize('shape', TERNARY_SHAPES)
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('scale,threshold', [(1.0, 0.0), (0.5, 0.0), (2.5, 0.0), (1.0, 0.3)])
+def test_ternary_encode_decode(ops, shape, kind, scale, threshold):
+    grad, residual = grad_residual(shape, kind, 30)
+    n = grad.size
+    payload, want = check_ternary(ops, grad, residual, scale, threshold)
+    out, status = ops.kvx_ternary_decode(payload, shape=shape)
+    want_out, _ = ref.ternary_decode(want, n)
+    assert status_of(status) == 0 and out.shape == shape
+    assert same_bits(out.asnumpy().reshape(-1), want_out)
+    acc = make(shape, 'randn', 31)
+    acc_nd = nd(acc)
+    assert status_of(ops.kvx_ternary_decode_add(payload, acc_nd)) == 0
+    assert same_bits(acc_nd.asnumpy(), (acc + want_out.reshape(shape)).astype(f32))
+
+
+@pytest.mark.parametrize('case', ['huge_acc', 'huge_scale'])
+def test_adaptive_threshold_overflow(ops, case):
+    """t = scale * mean|acc| beyond float32's range: NONFINITE, nothing sent, residual kept."""
+    if case == 'huge_acc':
+        grad, residual, scale = np.full(40, 3e38, f32), np.zeros(40, f32), 2.0
+    else:
+        grad, residual = grad_residual((40,), 'randn', 90)
+        scale = 1e300
+    res_nd = nd(residual)
+    payload, status = ops.kvx_ternary_encode(nd(grad), res_nd, scale=scale)
+    want, want_res, want_status = ref.ternary_encode(grad, residual, scale)
+    assert status_of(status) == want_status == wire.NONFINITE
+    assert same_bits(res_nd.asnumpy(), residual) and same_bits(want_res, residual)
+    assert not payload.asnumpy().any() and not want.any()
+    # Just inside the range: ok, t = 3e38.
+    payload, status = ops.kvx_ternary_encode(nd(np.full(40, 3e38, f32)), nd(np.zeros(40, f32)))
+    assert status_of(status) == 0 and payload.asnumpy()[5] == f32(3e38)
+
+
+def test_reference_rejects_bad_encoder_params():
+    """Parameters are the caller's: the reference raises (the kernels return BAD_PARAM)."""
+    grad, residual = grad_residual((20,), 'randn', 91)
+    for scale, threshold in [(-1.0, 0.0), (np.nan, 0.0), (1.0, -0.5), (1.0, 1e39), (1.0, np.inf)]:
+        with pytest.raises(ValueError):
+            ref.ternary_encode(grad, residual, scale, threshold)
+    for threshold, workers in [(1e39, 2), (-1.0, 2), (np.nan, 2), (0.5, 0), (0.5, 2 ** 20 + 1)]:
+        with pytest.raises(ValueError):
+            ref.ternary_encode_sum(grad, residual, threshold, workers)
+    with pytest.raises(ValueError):
+        ref.twobit_encode(grad, residual, 1e39)
+
+
+def test_adaptive_threshold_is_numpy_exact(ops):
+    """Stronger than the rtol check above: the C++ float64 sum reproduces NumPy's order
+    (8192-element chunks, pairwise inside), so t is bit-identical for contiguous input."""
+    for n in [1, 7, 8, 129, 8191, 8192, 8193, 20000, 100003]:
+        grad, residual = grad_residual((n,), 'mixed', n)
+        payload, _ = ops.kvx_ternary_encode(nd(grad), nd(residual), scale=1.0)
+        assert payload.asnumpy()[5] == ref.adaptive_threshold((grad + residual).astype(f32), 1.0)
+
+
+SUM_DIGITS = {1: 15, 2: 10, 3: 8, 4: 7, 7: 6, 8: 5, 16: 4}   # (2n+1)**D <= 2**24
+
+
+def test_sum_digits_per_float32_word():
+    for workers, d in SUM_DIGITS.items():
+        base = 2 * workers + 1
+        assert wire.digits_per_word(base, f32) == d
+        assert base ** d <= 2 ** 24 < base ** (d + 1)
+        assert ref.sum_words(10 * d + 1, workers) == 11
+
+
+@pytest.mark.parametrize('num_workers', [1, 2, 3, 4, 7, 8, 16])
+@pytest.mark.parametrize('shape', [(1,), (4,), (7,), (16,), (17,), (33,), (9, 11), (1000,),
+                                   (40000,)])
+def test_ternary_sum(ops, num_workers, shape):
+    t = 0.4
+    n = int(np.prod(shape))
+    total = None
+    for w in range(num_workers):
+        grad, residual = grad_residual(shape, 'randn', 100 * w + n)
+        res_nd = nd(residual)
+        words, status = ops.kvx_ternary_encode_sum(nd(grad), res_nd, threshold=t,
+                                                   num_workers=num_workers)
+        want, want_res, want_status = ref.ternary_encode_sum(grad, residual, t, num_workers)
+        assert status_of(status) == want_status == 0
+        assert words.dtype == np.float32 and want.dtype == np.float32
+        assert words.size == -(-n // SUM_DIGITS[num_workers])
+        assert same_bits(words.asnumpy(), want)
+        assert same_bits(res_nd.asnumpy(), want_res)
+        total = want if total is None else (total + want).astype(f32)   # float32, as the server
+    out, status = ops.kvx_ternary_decode_sum(nd(total), threshold=t, num_workers=num_workers,
+                                             shape=shape)
+    want_out, want_status = ref.ternary_decode_sum(total, t, num_workers, n)
+    assert status_of(status) == want_status == 0
+    assert out.shape == shape
+    assert same_bits(out.asnumpy().reshape(-1), want_out)
+
+
+@pytest.mark.parametrize('num_workers', [1, 2, 3, 4, 8, 16])
+def test_ternary_sum_any_order_is_exact(ops, num_workers):
+    """The server adds float32 words in whatever order pushes arrive.  Every order (here:
+    random permutations, accumulated in np.float32, sequentially and as a pairwise tree)
+    must give exactly the packing of the summed codes + n, and decode to their sum * t.
+    Random codes, and the extremes where every code is +1 (largest words) or -1."""
+    rng = np.random.default_rng(num_workers)
+    t = f32(0.5)
+    d = SUM_DIGITS[num_workers]
+    n = 50 * d + 3
+    base = ref.sum_base(num_workers)
+    for pattern in ['random', 'all_plus', 'all_minus']:
+        payloads, codes = [], np.zeros(n, np.int64)
+        for w in range(num_workers):
+            grad = rng.standard_normal(n).astype(f32)
+            if pattern != 'random':
+                grad[:] = 5.0 if pattern == 'all_plus' else -5.0
+            residual = np.zeros(n, f32)
+            words, status = ops.kvx_ternary_encode_sum(nd(grad), nd(residual), threshold=t,
+                                                       num_workers=num_workers)
+            assert status_of(status) == 0
+            payloads.append(words.asnumpy())
+            codes += ref.ternary_codes(grad, t)
+        packed = wire.pack_digits(codes + num_workers, base, f32)
+        assert packed.max() < 2 ** 24
+        if pattern == 'all_plus':
+            assert (packed[:-1] == base ** d - 1).all()   # the largest word there is
+        for _ in range(10):
+            order = rng.permutation(num_workers)
+            total = np.zeros_like(payloads[0])
+            for w in order:
+                total = (total + payloads[w]).astype(f32)
+            assert same_bits(total, packed), (pattern, order)
+            level = [payloads[w] for w in order]
+            while len(level) > 1:
+                pairs = [(level[i] + level[i + 1]).astype(f32) for i in range(0, len(level) - 1, 2)]
+                level = pairs + level[len(level) - len(level) % 2:]
+            assert same_bits(level[0], packed)
+        out, status = ops.kvx_ternary_decode_sum(nd(packed), threshold=float(t),
+                                                 num_workers=num_workers, shape=(n,))
+        assert status_of(status) == 0
+        want, want_status = ref.ternary_decode_sum(packed, t, num_workers, n)
+        assert want_status == 0
+        assert same_bits(out.asnumpy(), want)
+        assert same_bits(want, (codes.astype(f32) * t).astype(f32))
+
+
+# words, expected status of ternary_decode_sum (4 workers: base 9, 7 digits a word, n = 20)
+_LIMIT = 9.0 ** 7
+BAD_SUMS = [
+    ([5.0, 0.5, 5.0], wire.BAD_WORD),
+    ([5.0, -1.0, 5.0], wire.BAD_WORD),
+    ([5.0, _LIMIT, 5.0], wire.BAD_WORD),
+    ([5.0, _LIMIT + 1, 5.0], wire.BAD_WORD),
+    ([5.0, 2.0 ** 24, 5.0], wire.BAD_WORD),
+    ([5.0, np.nan, 5.0], wire.BAD_WORD),
+    ([5.0, np.inf, 5.0], wire.BAD_WORD),
+    ([_LIMIT - 1, -0.0, 5.0], wire.OK),
+]
+
+
+@pytest.mark.parametrize('words,status', BAD_SUMS)
+def test_ternary_decode_sum_bad_words(ops, words, status):
+    words = np.array(words, f32)
+    want, want_status = ref.ternary_decode_sum(words, 0.5, 4, 20)
+    assert want_status == status
+    out, got = ops.kvx_ternary_decode_sum(nd(words), threshold=0.5, num_workers=4, shape=(20,))
+    assert status_of(got) == status
+    assert same_bits(out.asnumpy(), want)
+    if status != wire.OK:
+        assert not want.any()
+
+
+def test_ternary_decode_sum_reference_params():
+    """Word count, dtype, worker count and threshold: BAD_PARAM, zeros."""
+    good = np.full(3, 5.0, f32)
+    assert ref.ternary_decode_sum(good, 0.5, 4, 20)[1] == wire.OK
+    for words, t, workers in [(good[:2], 0.5, 4), (np.full(4, 5.0, f32), 0.5, 4),
+                              (good.astype(np.float64), 0.5, 4), (good.reshape(3, 1), 0.5, 4),
+                              (good, 0.5, 0), (good, 0.5, 2 ** 20 + 1), (good, -1.0, 4),
+                              (good, np.nan, 4), (good, 1e39, 4)]:
+        out, status = ref.ternary_decode_sum(words, t, workers, 20)
+        assert status == wire.BAD_PARAM and out.shape == (20,) and not out.any()
+
+
+# ---- MXNet 2-bit -------------------------------------------------------------------------
+
+@pytest.mark.parametrize('shape', [(1,), (15,), (16,), (17,), (8, 9), (1000,)])
+@pytest.mark.parametrize('kind', ['randn', 'zeros', 'mixed', 'ints'])
+def test_twobit(ops, shape, kind):
+    grad, residual = grad_residual(shape, kind, 40)
+    res_nd = nd(residual)
+    words = ops.kvx_twobit_encode(nd(grad), res_nd, threshold=0.5)
+    want, want_res = ref.twobit_encode(grad, residual, 0.5)
+    assert same_bits(words.asnumpy().view(np.uint32), want)
+    assert same_bits(res_nd.asnumpy(), want_res)
+    out = ops.kvx_twobit_decode(words, threshold=0.5, shape=shape)
+    assert same_bits(out.asnumpy().reshape(-1), ref.twobit_decode(want, 0.5, grad.size))
+
+
+# ---- non-finite input: status 1, residual untouched ----------------------------------
+
+ENCODERS = {
+    'fp32': lambda ops, g, r: ops.kvx_fp32_encode(g),
+    'topk': lambda ops, g, r: ops.kvx_topk_encode(g, r, k=2),
+    'ternary_adaptive': lambda ops, g, r: ops.kvx_ternary_encode(g, r, scale=1.0),
+    'ternary_fixed': lambda ops, g, r: ops.kvx_ternary_encode(g, r, threshold=0.5),
+    'ternary_sum': lambda ops, g, r: ops.kvx_ternary_encode_sum(g, r, threshold=0.5,
+                                                                num_workers=3),
+    'gather': lambda ops, g, r: ops.kvx_topk_gather(g, r, nd(np.array([1, 4], f32))),
+}
+REF_ENCODERS = {
+    'fp32': lambda g, r: ref.fp32_encode(g)[1],
+    'topk': lambda g, r: ref.topk_encode(g, r, 2)[2],
+    'ternary_adaptive': lambda g, r: ref.ternary_encode(g, r, 1.0)[2],
+    'ternary_fixed': lambda g, r: ref.ternary_encode(g, r, 1.0, 0.5)[2],
+    'ternary_sum': lambda g, r: ref.ternary_encode_sum(g, r, 0.5, 3)[2],
+    'gather': lambda g, r: ref.topk_gather(g, r, np.array([1, 4]))[2],
+}
+
+
+@pytest.mark.parametrize('codec', sorted(ENCODERS))
+@pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf, 'overflow'])
+def test_nonfinite(ops, codec, bad):
+    grad, residual = grad_residual((6, 5), 'randn', 50)
+    if bad == 'overflow':   # finite inputs whose float32 sum is Inf
+        grad[3, 2], residual[3, 2] = 3e38, 3e38
+        if codec == 'fp32':
+            grad[3, 2] = np.inf   # fp32 sends grad alone
+    else:
+        grad[3, 2] = bad
+    res_nd = nd(residual)
+    payload, status = ENCODERS[codec](ops, nd(grad), res_nd)
+    assert status_of(status) == REF_ENCODERS[codec](grad, residual) == wire.NONFINITE
+    assert same_bits(res_nd.asnumpy(), residual)
+    assert not payload.asnumpy().any()
+
+
+# ---- malformed payloads: zeros, acc untouched, the reference's status ------------------
+
+def _topk_payload():
+    grad, residual = grad_residual((6, 4), 'randn', 60)
+    return ref.topk_encode(grad, residual, 3)[0], 24
+
+
+def _ternary_payload():
+    grad, residual = grad_residual((31,), 'randn', 61)
+    return ref.ternary_encode(grad, residual, 1.0)[0], 31
+
+
+def _fp32_payload():
+    return ref.fp32_encode(make((5,), 'randn', 62))[0], 5
+
+
+def _set(i, v):
+    def corrupt(p):
+        p = p.copy()
+        p[i] = v
+        return p
+    return corrupt
+
+
+def _truncate(p):
+    return p[:5].copy()
+
+
+def _swap_indices(p):
+    p = p.copy()
+    p[8], p[10] = p[10], p[8]
+    return p
+
+
+def _extra_word(p):
+    p = np.concatenate([p, np.zeros(1, f32)])
+    p[7] += 1
+    return p
+
+
+MALFORMED = [
+    # codec, corruption, expected status
+    ('fp32', _set(0, 1.0), wire.BAD_MAGIC),
+    ('fp32', _set(2, 2.0), wire.BAD_VERSION),
+    ('fp32', _set(1, wire.TOPK), wire.BAD_CODEC),
+    ('fp32', _set(3, 6.0), wire.BAD_SIZE),
+    ('fp32', _set(7, 4.0), wire.BAD_SIZE),
+    ('fp32', _truncate, wire.BAD_SIZE),
+    ('topk', _set(0, np.nan), wire.BAD_MAGIC),
+    ('topk', _set(2, 0.0), wire.BAD_VERSION),
+    ('topk', _set(1, wire.TERNARY), wire.BAD_CODEC),
+    ('topk', _set(4, 1.0), wire.BAD_SIZE),
+    ('topk', _set(5, 2.5), wire.BAD_PARAM),
+    ('topk', _set(5, 0.0), wire.BAD_PARAM),
+    ('topk', _set(5, 2.0), wire.BAD_PARAM),
+    ('topk', _set(6, 5.0), wire.BAD_PARAM),
+    ('topk', _set(6, 1e30), wire.BAD_PARAM),
+    ('topk', _set(5, np.nan), wire.BAD_PARAM),
+    ('topk', _set(5, np.inf), wire.BAD_PARAM),
+    ('topk', _set(5, -np.inf), wire.BAD_PARAM),
+    ('topk', _set(5, 1e30), wire.BAD_PARAM),
+    ('topk', _set(6, np.nan), wire.BAD_PARAM),
+    ('topk', _set(6, np.inf), wire.BAD_PARAM),
+    ('topk', _set(8, 0.5), wire.BAD_INDEX),
+    ('topk', _set(8, -1.0), wire.BAD_INDEX),
+    ('topk', _set(10, 6.0), wire.BAD_INDEX),
+    ('topk', _set(9, np.nan), wire.BAD_INDEX),
+    ('topk', _swap_indices, wire.BAD_INDEX),
+    ('ternary', _set(0, 0.0), wire.BAD_MAGIC),
+    ('ternary', _set(2, 1.5), wire.BAD_VERSION),
+    ('ternary', _set(1, wire.FP32), wire.BAD_CODEC),
+    ('ternary', _truncate, wire.BAD_SIZE),
+    ('ternary', _set(6, 5.0), wire.BAD_PARAM),
+    ('ternary', _set(5, -1.0), wire.BAD_PARAM),
+    ('ternary', _set(5, np.inf), wire.BAD_PARAM),
+    ('ternary', _set(5, np.nan), wire.BAD_PARAM),
+    ('ternary', _extra_word, wire.BAD_PARAM),
+    ('ternary', _set(8, 1.5), wire.BAD_WORD),
+    ('ternary', _set(9, -1.0), wire.BAD_WORD),
+    ('ternary', _set(10, 3.0 ** 15), wire.BAD_WORD),
+    ('ternary', _set(10, np.nan), wire.BAD_WORD),
+]
+PAYLOADS = {'fp32': _fp32_payload, 'topk': _topk_payload, 'ternary': _ternary_payload}
+REF_DECODERS = {'fp32': ref.fp32_decode, 'topk': ref.topk_decode,
+                'ternary': ref.ternary_decode}
+
+
+@pytest.mark.parametrize('codec,corrupt,status', MALFORMED)
+def test_malformed_payload(ops, codec, corrupt, status):
+    good, n = PAYLOADS[codec]()
+    bad = corrupt(good)
+    assert REF_DECODERS[codec](bad, n)[1] == status
+    decode = getattr(ops, 'kvx_%s_decode' % codec)
+    attrs = {'size': n} if codec == 'fp32' else {'shape': (n,)}
+    out, got = decode(nd(bad), **attrs)
+    assert status_of(got) == status
+    assert same_bits(out.asnumpy(), np.zeros(n, f32))
+    acc = make((n,), 'randn', 63)
+    acc_nd = nd(acc)
+    assert status_of(getattr(ops, 'kvx_%s_decode_add' % codec)(nd(bad), acc_nd)) == status
+    assert same_bits(acc_nd.asnumpy(), acc)
+
+
+# ---- attribute, dtype and shape validation ----------------------------------------------
+
+def _raises(fn):
+    with pytest.raises(mx.base.MXNetError):
+        out = fn()
+        for o in (out if isinstance(out, (list, tuple)) else [out]):
+            o.wait_to_read()
+
+
+def test_invalid_attrs_and_dtypes(ops):
+    g = nd(make((4, 3), 'randn', 70))
+    r = nd(np.zeros((4, 3), f32))
+    _raises(lambda: ops.kvx_topk_encode(g, r, k=0))
+    _raises(lambda: ops.kvx_topk_encode(g, r, k=5))
+    _raises(lambda: ops.kvx_topk_encode(g, r, k='two'))
+    _raises(lambda: ops.kvx_topk_encode(g, r, k=1, K=1))
+    _raises(lambda: ops.kvx_topk_encode(g, r))
+    _raises(lambda: ops.kvx_topk_encode(g, nd(np.zeros((3, 4), f32)), k=1))
+    _raises(lambda: ops.kvx_topk_encode(g.astype('float64'), r, k=1))
+    _raises(lambda: ops.kvx_ternary_encode(g, r, scale=-1.0))
+    _raises(lambda: ops.kvx_ternary_encode(g, r, threshold='nan'))
+    _raises(lambda: ops.kvx_ternary_encode(g, r, threshold=-0.1))
+    _raises(lambda: ops.kvx_ternary_encode_sum(g, r, threshold=0.5, num_workers=0))
+    _raises(lambda: ops.kvx_ternary_encode_sum(g, r, threshold=0.5))
+    _raises(lambda: ops.kvx_ternary_decode_sum(nd(np.zeros(1, f32)), threshold=0.5,
+                                               num_workers=2, shape=(12,)))
+    _raises(lambda: ops.kvx_ternary_decode_sum(nd(np.zeros(5)), threshold=0.5,
+                                               num_workers=2, shape=(12,)))
+    _raises(lambda: ops.kvx_ternary_decode_sum(nd(np.zeros(2)), threshold=0.5,   # float64
+                                               num_workers=2, shape=(12,)))
+    _raises(lambda: ops.kvx_twobit_encode(g, r, threshold=0.0))
+    _raises(lambda: ops.kvx_twobit_decode(nd(np.zeros(2, f32)), threshold=0.5, shape=(12,)))
+    _raises(lambda: ops.kvx_topk_decode(nd(np.zeros(8, f32)), shape='(0, 3)'))
+    _raises(lambda: ops.kvx_topk_decode(nd(np.zeros(8, f32)), shape='(4, x)'))
+    _raises(lambda: ops.kvx_fp32_decode(nd(np.zeros(8, f32)), size=3, shape=(3,)))
+    _raises(lambda: ops.kvx_fp32_decode(nd(np.zeros(8, f32))))
+    _raises(lambda: ops.kvx_topk_scatter(nd(np.zeros(5, f32)), nd(np.zeros(2, f32)),
+                                         shape=(4, 3)))
+    _raises(lambda: ops.kvx_filter_scores(nd(np.zeros(3, np.float64))))
+
+
+def test_shape_spellings(ops):
+    payload, _ = ops.kvx_fp32_encode(nd(np.arange(6, dtype=f32)))
+    for spelling in ['(2, 3)', '[2, 3]', '(2,3)', (2, 3)]:
+        out, status = ops.kvx_fp32_decode(payload, shape=spelling)
+        assert out.shape == (2, 3) and status_of(status) == 0
+    out, _ = ops.kvx_fp32_decode(payload, shape='(6,)')
+    assert out.shape == (6,)
+
+
+# ---- the ctypes C API (benchmarks, server fallback) ----------------------------------
+
+def test_c_api(library_path):
+    import ctypes
+    lib = ctypes.CDLL(library_path)
+    i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
+    lib.kvx_ternary_payload_words.restype = i64
+    lib.kvx_status_name.restype = ctypes.c_char_p
+
+    def p(a):
+        return a.ctypes.data_as(ptr)
+
+    assert lib.kvx_abi_version() == 2   # 2: float32 homomorphic words
+    assert lib.kvx_status_name(wire.BAD_WORD) == b'bad packed word'
+    grad, residual = grad_residual((1000,), 'randn', 80)
+    words = lib.kvx_ternary_payload_words(i64(grad.size))
+    payload = np.zeros(words, f32)
+    res = residual.copy()
+    assert lib.kvx_ternary_encode(p(grad), p(res), i64(grad.size), dbl(1.0), dbl(0.3),
+                                  p(payload)) == 0
+    want, want_res, _ = ref.ternary_encode(grad, residual, 1.0, 0.3)
+    assert same_bits(payload, want) and same_bits(res, want_res)
+    out = np.zeros(grad.size, f32)
+    bad = payload.copy()
+    bad[9] = 0.5
+    assert lib.kvx_ternary_decode(p(bad), i64(bad.size), i64(grad.size), p(out)) == wire.BAD_WORD
+    # Homomorphic ternary: float32 words in and out; the word count is checked.
+    lib.kvx_ternary_sum_words.restype = i64
+    num_words = lib.kvx_ternary_sum_words(i64(grad.size), i64(4))
+    assert num_words == -(-grad.size // 7)
+    words = np.zeros(num_words, f32)
+    res = residual.copy()
+    assert lib.kvx_ternary_encode_sum(p(grad), p(res), i64(grad.size), dbl(0.3), i64(4),
+                                      p(words)) == 0
+    want, want_res, _ = ref.ternary_encode_sum(grad, residual, 0.3, 4)
+    assert same_bits(words, want) and same_bits(res, want_res)
+    assert lib.kvx_ternary_decode_sum(p(words), i64(num_words), dbl(0.3), i64(4),
+                                      i64(grad.size), p(out)) == 0
+    assert same_bits(out, ref.ternary_decode_sum(want, 0.3, 4, grad.size)[0])
+    out[:] = 1
+    assert lib.kvx_ternary_decode_sum(p(words), i64(num_words - 1), dbl(0.3), i64(4),
+                                      i64(grad.size), p(out)) == wire.BAD_PARAM
+    assert not out.any()
+    # Scatter with a status.
+    values = np.ones(6, f32)
+    grid = np.full(30, 7.0, f32)
+    assert lib.kvx_topk_scatter(p(values), p(np.array([2, 1], f32)), i64(2), i64(10), i64(3),
+                                p(grid)) == wire.BAD_INDEX
+    assert not grid.any()
+    assert lib.kvx_topk_scatter(p(values), p(np.array([1, 2], f32)), i64(2), i64(10), i64(3),
+                                p(grid)) == 0
+    assert same_bits(grid, ref.topk_scatter(values, np.array([1, 2]), (10, 3))[0].reshape(-1))
+    scores = np.zeros(10, np.float64)
+    x = make((10, 7), 'mixed', 81)
+    assert lib.kvx_filter_scores(p(x), i64(10), i64(7), p(scores)) == 0
+    assert same_bits(scores, ref.filter_scores(x))
