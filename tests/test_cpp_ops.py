@@ -6,7 +6,7 @@ The one quantity not compared bit for bit is the adaptive ternary threshold t (a
 sum whose order is an implementation detail): t is compared with rtol 1e-6, then the
 payload is compared exactly with the reference encoded at that t.
 
-The library comes from $KVX_OPS_LIB, else build/libkvx_ops.so (see the ``ops`` fixture).
+The library comes from $KVX_OPS_LIB, else the installed package's (see the ``ops`` fixture).
 """
 import os
 import sys
@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(REPO, 'python'))
 from kvx_ref import codecs as ref  # noqa: E402
 from kvx_ref import wire  # noqa: E402
 
-mx = pytest.importorskip('mxnet')
+import mxnet as mx  # noqa: E402
 
 f32 = np.float32
 
@@ -29,12 +29,12 @@ f32 = np.float32
 
 @pytest.fixture(scope='session')
 def library_path():
-    """The plugin under test: $KVX_OPS_LIB, else the development build."""
-    path = os.environ.get('KVX_OPS_LIB') or os.path.join(REPO, 'build', 'libkvx_ops.so')
-    if not os.path.isfile(path):
-        if os.environ.get('KVX_OPS_LIB'):
-            pytest.fail('KVX_OPS_LIB=%s does not exist' % path)
-        pytest.skip('%s not built (cmake -S . -B build && cmake --build build)' % path)
+    """The plugin under test: $KVX_OPS_LIB, else the one kvstore_ext loads (installed)."""
+    path = os.environ.get('KVX_OPS_LIB')
+    if not path:
+        from kvstore_ext import _lib
+        path = _lib.library_path()
+    assert os.path.isfile(path), 'plugin %s does not exist' % path
     return os.path.abspath(path)
 
 
