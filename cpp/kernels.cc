@@ -892,4 +892,55 @@ int twobit_decode(const uint32_t* words, int64_t n, double threshold, float* out
   return kOk;
 }
 
+// ---- server-decode aggregation ------------------------------------------------------------
+
+// Codec id and element count of a slot's header, before the codec's own full check.
+static int slot_header(const float* slot, int64_t slot_words, float* codec, int64_t* n,
+                       int64_t* payload_words) {
+  if (slot_words < kHeaderWords) return kBadSize;
+  const double low = slot[3], high = slot[4], body = slot[7];
+  if (!(low >= 0 && low < static_cast<double>(kExactF32) && low == std::floor(low) &&
+        high >= 0 && high < static_cast<double>(kExactF32) && high == std::floor(high) &&
+        body >= 0 && body <= static_cast<double>(slot_words - kHeaderWords) &&
+        body == std::floor(body)))
+    return kBadSize;
+  *codec = slot[1];
+  *n = static_cast<int64_t>(low) + (static_cast<int64_t>(high) << kMantissaF32);
+  *payload_words = kHeaderWords + static_cast<int64_t>(body);
+  return kOk;
+}
+
+int decode_slots(const float* slots, int64_t workers, int64_t slot_words, float* acc,
+                 int64_t capacity, float* status) {
+  zero(acc, capacity);
+  int first = kOk;
+  float codec0 = 0.0f;
+  int64_t n0 = -1;
+  for (int64_t w = 0; w < workers; ++w) {
+    const float* slot = slots + w * slot_words;
+    float codec = 0.0f;
+    int64_t n = 0, words = 0;
+    int st = slot_header(slot, slot_words, &codec, &n, &words);
+    if (st == kOk && n0 < 0) {
+      codec0 = codec;
+      n0 = n;
+    }
+    if (st == kOk && (n > capacity || n < 1)) st = kBadSize;
+    if (st == kOk && (codec != codec0 || n != n0)) st = kBadCodec;
+    if (st == kOk) {
+      if (codec == kCodecFp32)
+        st = fp32_decode_add(slot, words, n, acc);
+      else if (codec == kCodecTopk)
+        st = topk_decode_add(slot, words, n, acc);
+      else if (codec == kCodecTernary)
+        st = ternary_decode_add(slot, words, n, acc);
+      else
+        st = kBadCodec;
+    }
+    status[w] = static_cast<float>(st);
+    if (first == kOk) first = st;
+  }
+  return first;
+}
+
 }  // namespace kvx

@@ -146,6 +146,17 @@ int ternary_encode_sum(const float* grad, float* residual, int64_t n, double thr
 int ternary_decode_sum(const float* words, int64_t num_words, double threshold,
                        int64_t num_workers, int64_t n, float* out);
 
+// ---- server-decode aggregation ----------------------------------------------------------
+
+// What a parameter server does with one key in server-decode mode: `workers` slots of
+// `slot_words` floats each hold one payload (header first, then padding).  Every slot is
+// decoded (fp32, top-k or ternary, by its header's codec id) and added into acc, which
+// has `capacity` elements; the payloads must agree on codec and element count n
+// (<= capacity).  acc is zeroed first; status[w] is slot w's status (0 = ok).  Returns
+// the first non-zero status, or kOk.
+int decode_slots(const float* slots, int64_t workers, int64_t slot_words, float* acc,
+                 int64_t capacity, float* status);
+
 // ---- MXNet's built-in 2-bit layout --------------------------------------------------
 
 // 16 values per 32-bit word, 11 = +t, 10 = -t, 00 = 0, MXNet's bit order.  Like MXNet

@@ -6,6 +6,7 @@
 //
 //   kvx_fp32_encode(grad)                              -> payload f32[8+n], status f32[1]
 //   kvx_fp32_decode(payload; size | shape)             -> out f32[size], status
+//   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
 //   kvx_fp32_decode_add(payload, acc*)                 -> status       (acc += decoded)
 //   kvx_finite_check(x)                                -> status (1 if a NaN/Inf)
 //   kvx_topk_encode(grad, residual*; k)                -> payload f32[8+k+k*F], status
@@ -1113,6 +1114,59 @@ MXReturnValue twobit_decode_forward(const Attrs& attrs, std::vector<MXTensor>* i
   });
 }
 
+// ============================ server-decode aggregation ================================
+
+constexpr const char* kDecodeSlots = "kvx_decode_slots";
+
+struct DecodeSlotsParams {
+  int64_t size = 0;
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"size"}, error) &&
+           get_int(attrs, "size", 1, std::numeric_limits<unsigned int>::max(), &size, error);
+  }
+};
+
+MXReturnValue decode_slots_parse(const Attrs& attrs, int* num_in, int* num_out) {
+  DecodeSlotsParams p;
+  if (!parse_params(kDecodeSlots, attrs, &p)) return MX_FAIL;
+  *num_in = 1;
+  *num_out = 2;
+  return MX_SUCCESS;
+}
+
+MXReturnValue decode_slots_type(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  if (!expect_dtype(kDecodeSlots, *in, 0, "slots", kFloat32)) return MX_FAIL;
+  (*out)[0] = kFloat32;
+  (*out)[1] = kFloat32;
+  return MX_SUCCESS;
+}
+
+MXReturnValue decode_slots_shape(const Attrs& attrs, Shapes* in, Shapes* out) {
+  DecodeSlotsParams p;
+  if (!parse_params(kDecodeSlots, attrs, &p)) return MX_FAIL;
+  const Shape& slots = (*in)[0];
+  if (slots.size() != 2 || slots[0] < 1 || slots[1] < 1) {
+    MX_ERROR_MSG << kDecodeSlots << ": slots must be 2-D (workers, slot words), got "
+                 << shape_string(slots);
+    return MX_FAIL;
+  }
+  (*out)[0] = Shape{static_cast<unsigned int>(p.size)};
+  (*out)[1] = Shape{slots[0]};
+  return MX_SUCCESS;
+}
+
+MXReturnValue decode_slots_forward(const Attrs&, std::vector<MXTensor>* in,
+                                   std::vector<MXTensor>* out, const OpResource&) {
+  return guarded(kDecodeSlots, [&] {
+    if (!forward_dtypes(kDecodeSlots, *in, {kFloat32})) return MX_FAIL;
+    MXTensor& slots = (*in)[0];
+    MXTensor& acc = (*out)[0];
+    kvx::decode_slots(f32(slots), slots.shape[0], slots.shape[1], f32(acc), acc.size(),
+                      f32((*out)[1]));
+    return MX_SUCCESS;
+  });
+}
+
 }  // namespace
 
 // ============================ registration ==============================================
@@ -1233,3 +1287,9 @@ MXReturnValue initialize(int version) {
   MX_ERROR_MSG << "kvx_ops needs MXNet >= 1.7 (lib_api v11), found version " << version;
   return MX_FAIL;
 }
+
+REGISTER_OP(kvx_decode_slots)
+    .setParseAttrs(decode_slots_parse)
+    .setInferType(decode_slots_type)
+    .setInferShape(decode_slots_shape)
+    .setForward(decode_slots_forward, "cpu");

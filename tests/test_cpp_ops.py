@@ -698,3 +698,65 @@ def test_c_api(library_path):
     x = make((10, 7), 'mixed', 81)
     assert lib.kvx_filter_scores(p(x), i64(10), i64(7), p(scores)) == 0
     assert same_bits(scores, ref.filter_scores(x))
+
+
+# ---- server-decode aggregation (kvx_decode_slots) --------------------------------------
+
+def _slots(payloads, slot_words):
+    """Payloads padded with garbage into equal slots, as worker pushes arrive at a server."""
+    rng = np.random.default_rng(7)
+    out = rng.standard_normal((len(payloads), slot_words)).astype(f32) * 1e3
+    for w, p in enumerate(payloads):
+        out[w, :p.size] = p
+    return out
+
+
+def _worker_payloads(kind, workers, shape, seed):
+    rng = np.random.default_rng(seed)
+    payloads = []
+    for _ in range(workers):
+        g = rng.standard_normal(shape).astype(f32)
+        r = np.zeros(shape, f32)
+        if kind == 'topk':
+            payloads.append(ref.topk_encode(g, r, max(1, shape[0] // 4))[0])
+        elif kind == 'ternary':
+            payloads.append(ref.ternary_encode(g, r, 1.5)[0])
+        else:
+            payloads.append(ref.fp32_encode(g)[0])
+    return payloads
+
+
+@pytest.mark.parametrize('kind', ['topk', 'ternary', 'fp32'])
+@pytest.mark.parametrize('workers', [1, 2, 5])
+def test_decode_slots_matches_reference(ops, kind, workers):
+    shape = (12, 3, 3, 3)
+    payloads = _worker_payloads(kind, workers, shape, workers)
+    slots = _slots(payloads, max(p.size for p in payloads) + 13)
+    capacity = int(np.prod(shape)) + 50
+    total, status = ops.kvx_decode_slots(nd(slots), size=capacity)
+    want, want_status = ref.decode_slots(slots, capacity)
+    assert list(status.asnumpy()) == want_status == [0] * workers
+    assert same_bits(total.asnumpy(), want)
+    assert not want[int(np.prod(shape)):].any()
+
+
+@pytest.mark.parametrize('corrupt, code', [
+    (lambda s: s.__setitem__((1, 1), 2.0), wire.BAD_CODEC),            # other codec id
+    (lambda s: s.__setitem__((1, 3), s[1, 3] + 1), wire.BAD_CODEC),    # other tensor size
+    (lambda s: s.__setitem__((1, 7), 1e9), wire.BAD_SIZE),             # body beyond the slot
+    (lambda s: s.__setitem__((1, 0), 1.0), wire.BAD_MAGIC),
+    (lambda s: s.__setitem__((1, 9), 3.0 ** 15), wire.BAD_WORD),       # ternary word range
+])
+def test_decode_slots_names_the_bad_worker(ops, corrupt, code):
+    payloads = _worker_payloads('ternary', 3, (40, 7), 1)
+    slots = _slots(payloads, payloads[0].size + 4)
+    corrupt(slots)
+    _, status = ops.kvx_decode_slots(nd(slots), size=400)
+    _, want_status = ref.decode_slots(slots, 400)
+    assert list(status.asnumpy()) == want_status == [0, code, 0]
+
+
+def test_decode_slots_capacity_too_small(ops):
+    payloads = _worker_payloads('fp32', 2, (30,), 3)
+    _, status = ops.kvx_decode_slots(nd(_slots(payloads, 40)), size=29)
+    assert list(status.asnumpy()) == [wire.BAD_SIZE] * 2

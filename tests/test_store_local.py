@@ -290,7 +290,7 @@ def test_malformed_payloads_are_rejected(codec_id):
     for corrupt in corruptions:
         with pytest.raises(PayloadError):
             decode_sum([mx.nd.array(corrupt(payload.copy()))], shape)
-    with pytest.raises(PayloadError, match='unknown codec'):
+    with pytest.raises(PayloadError, match='another codec'):
         decode_sum([mx.nd.array(np.concatenate([payload[:1], [42.0], payload[2:]]))], shape)
     np.testing.assert_allclose(decode_sum([mx.nd.array(payload)], shape).asnumpy().sum(),
                                good.decode(mx.nd.array(payload)).asnumpy().sum())

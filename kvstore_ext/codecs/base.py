@@ -4,9 +4,9 @@ One codec instance per tensor (or chunk of a tensor), so it knows the shape and 
 parameters its encoder needs. Two families, chosen by ``additive``:
 
 * server-decode codecs (``additive = False``): ``encode`` gives a float32 payload with
-  a self-describing header (python/kvx_ref/wire.py); ``decode_add`` needs only the
-  payload and an accumulator, which is what lets a parameter server decode payloads
-  it knows nothing else about;
+  a self-describing header (python/kvx_ref/wire.py), so a parameter server can decode
+  payloads it knows nothing else about (aggregate.py; the C++ ``decode_slots``
+  dispatches on the header's codec id);
 * additive codecs (``additive = True``): ``encode_sum`` gives an array whose sum over
   workers, formed by the stock server, ``decode_sum`` turns into the float32 sum.
   They may first need a tiny agreement round (``agreement_words > 0``).
@@ -24,11 +24,9 @@ class Codec:
     """Base class; see the module docstring for the two families."""
 
     name = None
-    codec_id = None          # set by registry.register_codec (server-decode codecs)
     uses_residual = True
     additive = False
     agreement_words = 0
-    decode_add_op = None
     chunk_by_rows = False    # True: chunks are ranges of the first axis (filters)
 
     def __init__(self, shape):
@@ -57,23 +55,10 @@ class Codec:
         Raises NonFiniteGradientError (residual untouched) on NaN/Inf."""
         raise NotImplementedError
 
-    @classmethod
-    def decode_add(cls, payload, acc):
-        """``acc += decoded payload``; raises PayloadError on a malformed payload."""
-        from ..ops import op
-        check_decoded(op(cls.decode_add_op)(payload, acc))
-
-    @classmethod
-    def decode_shape(cls, header):
-        """Shape of the accumulator a payload decodes into, from its header alone."""
-        from ..aggregate import element_count
-        return (element_count(header),)
-
     def decode(self, payload):
-        from mxnet import ndarray
-        out = ndarray.zeros(self.shape, dtype=np.float32)
-        self.decode_add(payload, out)
-        return out
+        """Dense float32 tensor of one payload (what a server adds for one worker)."""
+        from ..aggregate import decode_sum
+        return decode_sum([payload], self.shape)
 
     # -- additive family ------------------------------------------------------------
     sum_dtype = np.float32

@@ -3,14 +3,12 @@
 residual. Codes travel as base-3 digits, 15 per float32 word."""
 from .base import Codec, HEADER_WORDS, check_encoded
 from ..ops import op
-from .registry import register_codec
 
 DIGITS_PER_WORD = 15
 
 
 class TernaryCodec(Codec):
     name = 'ternary'
-    decode_add_op = 'kvx_ternary_decode_add'
 
     def __init__(self, shape, scale=1.0, threshold=0.0):
         super().__init__(shape)
@@ -39,5 +37,3 @@ class TernaryCodec(Codec):
             return 'ternary, t = %g' % self.threshold
         return 'ternary, t = %g * mean|acc|' % self.scale
 
-
-register_codec(3, TernaryCodec)

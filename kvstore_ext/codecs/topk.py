@@ -4,12 +4,10 @@ import math
 
 from .base import Codec, HEADER_WORDS, check_encoded
 from ..ops import op
-from .registry import register_codec
 
 
 class FilterTopKCodec(Codec):
     name = 'topk'
-    decode_add_op = 'kvx_topk_decode_add'
     chunk_by_rows = True
 
     def __init__(self, shape, k):
@@ -26,17 +24,6 @@ class FilterTopKCodec(Codec):
         k = min(max(math.ceil(self.k * filters / self.shape[0]), 1), filters)
         return type(self)((filters,) + self.shape[1:], k)
 
-    @classmethod
-    def decode_shape(cls, header):
-        """(filters, filter size): the op needs the filter layout, given by header word 6."""
-        from ..aggregate import element_count
-        from ..errors import PayloadError
-        size, filter_size = element_count(header), float(header[6])
-        if not (filter_size == int(filter_size) and filter_size >= 1
-                and size % int(filter_size) == 0):
-            raise PayloadError('bad filter size %r in header' % filter_size)
-        return size // int(filter_size), int(filter_size)
-
     def payload_words(self):
         return HEADER_WORDS + self.k + self.k * self.filter_size
 
@@ -48,5 +35,3 @@ class FilterTopKCodec(Codec):
     def describe(self):
         return 'top %d of %d filters' % (self.k, self.shape[0])
 
-
-register_codec(2, FilterTopKCodec)

@@ -23,6 +23,7 @@ slicing of big arrays is switched off (``MXNET_KVSTORE_BIGARRAY_BOUND``): chunki
 is ours, so that no payload is ever cut where it cannot be decoded.
 """
 import os
+import sys
 
 import numpy as np
 
@@ -97,11 +98,31 @@ class _SlotKey:
         return self.result_rows * self.width * 4
 
 
+def _exit_on_uncaught_exception():
+    """Make an uncaught exception end this worker at once with exit code 1.
+
+    Why: after a normal interpreter exit, ps-lite's shutdown waits at a barrier for
+    the other workers, who wait for this worker's next push: the whole job hangs
+    (measured). Exiting hard lets the launcher see the failure and stop every node.
+    """
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback):
+        previous(kind, value, traceback)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+
+    if getattr(sys.excepthook, '__name__', '') != 'hook':
+        sys.excepthook = hook
+
+
 class PSTransport:
     """This process is a worker of a job started by a launcher (DMLC_* variables)."""
 
     def __init__(self, scheme):
         from mxnet import kvstore as mx_kvstore
+        _exit_on_uncaught_exception()
         os.environ['MXNET_KVSTORE_BIGARRAY_BOUND'] = _NO_SLICING
         self._kv = mx_kvstore.create('dist_sync')
         self.rank, self.num_workers = self._kv.rank, self._kv.num_workers

@@ -6,8 +6,8 @@ value that workers pull:
 
 * dense keys (additive payloads, sum mode): the merge is the sum; store it;
 * ``row_sparse`` keys (server-decode mode): each worker pushed only its own slot of
-  rows, so the merge is a gather of every worker's payload; decode each (C++ ops),
-  sum in float32 and store the sum in the key's first rows.
+  rows, so the merge is a gather of every worker's payload; one C++ op decodes each
+  slot, sums in float32 (in worker order) and the sum goes into the key's first rows.
 
 A malformed payload never crashes the server: it is logged with the key and the
 worker, and the round's result is filled with NaN so the workers see it.
@@ -20,11 +20,8 @@ import logging
 import numpy as np
 from mxnet.optimizer import Optimizer
 
-from ..codecs.base import HEADER_WORDS
-from ..codecs.registry import codec_class
-from ..aggregate import header_size
-from ..errors import PayloadError, status_message
-from ..ops import op
+from ..aggregate import decode_slots
+from ..errors import PayloadError
 
 log = logging.getLogger('kvstore_ext.server')
 
@@ -44,46 +41,26 @@ class ServerAggregator(Optimizer):
         if weight.stype != 'row_sparse':
             grad.copyto(weight)
             return
-        from mxnet import ndarray
-        total = ndarray.zeros(weight.shape, dtype=np.float32)
         try:
-            self._decode_slots(grad, total)
+            total = self._decode_slots(grad, weight.shape)
         except Exception as err:  # noqa: BLE001  a server must outlive any payload
             log.error('key %s: payload rejected, result set to NaN: %s', index, err)
-            total[:] = np.nan
+            from mxnet import ndarray
+            total = ndarray.full(weight.shape, np.nan, dtype=np.float32)
         self._store(weight, total)
 
     update_multi_precision = update
 
-    def _decode_slots(self, grad, total):
-        """Sum the payloads in ``grad``'s worker slots into the front of ``total``."""
-        from mxnet import ndarray
+    def _decode_slots(self, grad, shape):
+        """The sum of the payloads in ``grad``'s worker slots, as a (rows, width) array:
+        one C++ op decodes every slot (kernels.h: decode_slots) and reports per worker."""
         rows = grad.indices.asnumpy()
         if rows.size == 0 or rows.size % self.num_workers or \
                 not np.array_equal(rows, np.arange(rows.size)):
             raise PayloadError('expected %d equal worker slots, got rows %s'
                                % (self.num_workers, rows[:8]))
         slots = grad.data.reshape((self.num_workers, -1))
-        headers = ndarray.slice_axis(slots, axis=1, begin=0, end=HEADER_WORDS).asnumpy()
-        if not (headers[1:, :5] == headers[0, :5]).all():
-            raise PayloadError('workers sent payloads of different tensors or codecs')
-        codec = codec_class(headers[0, 1])
-        shape = codec.decode_shape(headers[0])
-        if int(np.prod(shape)) > total.size:
-            raise PayloadError('payload of %d elements for a key of %d'
-                               % (int(np.prod(shape)), total.size))
-        acc = total.reshape((-1,))[:int(np.prod(shape))].reshape(shape)
-        statuses = []
-        for worker in range(self.num_workers):
-            try:
-                length = header_size(headers[worker], slots.shape[1])
-            except PayloadError as err:
-                raise PayloadError('worker %d: %s' % (worker, err)) from None
-            statuses.append(op(codec.decode_add_op)(slots[worker][:length], acc))
-        codes = ndarray.concat(*statuses, dim=0).asnumpy()
-        for worker, code in enumerate(codes):
-            if code:
-                raise PayloadError('worker %d: %s' % (worker, status_message(code)))
+        return decode_slots(slots, shape[0] * shape[1]).reshape(shape)
 
     def _store(self, weight, total):
         """Replace the row_sparse ``weight`` by ``total`` with every row present (the

@@ -296,3 +296,37 @@ def twobit_decode(words, threshold, n):
     bits = (byte >> (6 - 2 * (i & 3))) & 3
     t = f32(threshold)
     return np.where(bits == 3, t, np.where(bits == 2, -t, f32(0))).astype(f32)
+
+
+# -- server-decode aggregation ----------------------------------------------------
+
+_DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: ternary_decode}
+
+
+def decode_slots(slots, capacity):
+    """What a server does with one key: decode each worker's slot (a payload, then
+    padding), which must agree on codec and element count, and sum in float32 in worker
+    order. Returns (sum of ``capacity`` elements, per-worker statuses)."""
+    total = np.zeros(capacity, f32)
+    statuses, first = [], None
+    for slot in np.asarray(slots, f32):
+        h = slot[:HEADER_WORDS]
+        body = float(h[7]) if slot.size >= HEADER_WORDS else -1.0
+        low, high = (float(h[3]), float(h[4])) if slot.size >= HEADER_WORDS else (-1.0, -1.0)
+        if not (0 <= body <= slot.size - HEADER_WORDS and body == int(body)
+                and 0 <= low < 2 ** 24 and low == int(low) and 0 <= high < 2 ** 24
+                and high == int(high)):
+            statuses.append(wire.BAD_SIZE)
+            continue
+        n = int(low) + (int(high) << 24)
+        first = first or (float(h[1]), n)
+        if not 1 <= n <= capacity:
+            statuses.append(wire.BAD_SIZE)
+        elif (float(h[1]), n) != first or float(h[1]) not in _DECODERS:
+            statuses.append(wire.BAD_CODEC)
+        else:
+            decoded, status = _DECODERS[float(h[1])](slot[:HEADER_WORDS + int(body)], n)
+            statuses.append(status)
+            if status == OK:
+                total[:n] += decoded
+    return total, statuses
