@@ -1,0 +1,33 @@
+"""Failures in real ps-lite jobs: a worker's NaN gradient ends the job quickly and
+cleanly; a malformed payload is rejected by the server, which lives on."""
+import os
+import subprocess
+import sys
+import time
+
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist_jobs', 'failure_job.py')
+
+
+def launch(env, mode, timeout=120):
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, '-m', 'kvstore_ext.launch', '-n', '2', '-s', '1',
+                           '--timeout', str(timeout - 20), sys.executable, JOB, '--mode', mode],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def test_nonfinite_gradient_ends_the_job(job_env):
+    proc, seconds = launch(job_env, 'nonfinite')
+    assert proc.returncode not in (0, 124), proc.stderr[-3000:]
+    assert 'NonFiniteGradientError' in proc.stderr, proc.stderr[-3000:]
+    assert 'residual is unchanged' in proc.stderr
+    assert 'exited with code 1' in proc.stderr
+    assert seconds < 90
+
+
+def test_malformed_payload_is_rejected_and_server_survives(job_env):
+    proc, _ = launch(job_env, 'malformed')
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.count('step 3 ok') == 2
+    log = proc.stdout + proc.stderr
+    assert 'payload rejected' in log and 'worker 1' in log, log[-3000:]
