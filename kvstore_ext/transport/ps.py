@@ -126,7 +126,7 @@ class PSTransport:
         os.environ['MXNET_KVSTORE_BIGARRAY_BOUND'] = _NO_SLICING
         self._kv = mx_kvstore.create('dist_sync')
         self.rank, self.num_workers = self._kv.rank, self._kv.num_workers
-        self._kv.set_optimizer(ServerAggregator(self.num_workers))
+        self._aggregator_set = False
         self._next_key = 0
         self._params = {}
         self._wire = {}
@@ -137,6 +137,18 @@ class PSTransport:
 
     def configure(self, scheme):
         """Scheme parameters only change codecs, which are declared later."""
+
+    def _set_aggregator(self):
+        """Install the server-side aggregator before the first server-decode key.
+
+        Only then: once an updater is set, the server calls it (Python) for every key
+        and round, which costs plain float32 keys time they do not cost in dist_sync;
+        a scheme with no server-decode key (dist_sync_none, homomorphic Hylo) never
+        sets one. Every worker declares keys in the same order, so all of them get
+        here before their first server-decode push."""
+        if not self._aggregator_set:
+            self._kv.set_optimizer(ServerAggregator(self.num_workers))
+            self._aggregator_set = True
 
     def broadcast(self, key, value):
         """Rank 0's value, through a dense key of its own (MXNet's init + pull)."""
@@ -157,6 +169,7 @@ class PSTransport:
                 wire.append(_SumKey(self._kv, self._new_key(), codec, self.num_workers,
                                     agreement))
             else:
+                self._set_aggregator()
                 wire.append(_SlotKey(self._kv, self._new_key(), codec, self.rank,
                                      self.num_workers))
         self._wire[key] = wire
