@@ -7,11 +7,13 @@ exactly, so a resumed compressed run continues as if it had not stopped.
 import numpy as np
 
 
-def _file_key(key):
+def file_key(key):
+    """A kvstore key as a string that keeps its type (int or str) through a file."""
     return ('i:%d' % key) if isinstance(key, int) else ('s:' + key)
 
 
-def _parse_file_key(name):
+def parse_file_key(name):
+    """Inverse of file_key."""
     kind, _, rest = name.partition(':')
     return int(rest) if kind == 'i' else rest
 
@@ -39,11 +41,11 @@ class ResidualMemory:
 
     def state(self):
         """{file key: NDArray} of every residual, including restored ones not yet used."""
-        out = {_file_key(k): v for k, v in self._restored.items()}
-        out.update({_file_key(k): v for k, v in self._residuals.items()})
+        out = {file_key(k): v for k, v in self._restored.items()}
+        out.update({file_key(k): v for k, v in self._residuals.items()})
         return out
 
     def restore(self, arrays):
         """Take residuals from ``state()``'s output; used when their keys first appear."""
         self._residuals.clear()
-        self._restored = {_parse_file_key(name): arr for name, arr in arrays.items()}
+        self._restored = {parse_file_key(name): arr for name, arr in arrays.items()}

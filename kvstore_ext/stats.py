@@ -1,4 +1,5 @@
 """Byte accounting of this worker's traffic (what ``kv.comm_stats()`` returns)."""
+from .memory import file_key, parse_file_key
 
 
 class CommStats:
@@ -22,9 +23,10 @@ class CommStats:
                 'steps': max(self._pushes.values()) if self._pushes else 0}
 
     def state(self):
-        return dict(self.as_dict(), pushes=dict(self._pushes))
+        """JSON-able: kvstore keys (int or str) spelled as in memory.py's files."""
+        return dict(self.as_dict(), pushes={file_key(k): v for k, v in self._pushes.items()})
 
     def restore(self, state):
         self.raw_bytes, self.push_bytes = state['raw_bytes'], state['push_bytes']
         self.pull_bytes = state['pull_bytes']
-        self._pushes = dict(state['pushes'])
+        self._pushes = {parse_file_key(k): v for k, v in state['pushes'].items()}

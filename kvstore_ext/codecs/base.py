@@ -66,6 +66,10 @@ class Codec:
     def sum_words(self, num_workers):
         raise NotImplementedError
 
+    def sum_shape(self, num_workers):
+        """Shape of the sum-mode key (MXNet checks pushes against it)."""
+        return (self.sum_words(num_workers),)
+
     def agreement(self, grad, residual):
         """Small float32 array each worker contributes; the sum is what all agree on."""
         raise NotImplementedError

@@ -24,10 +24,14 @@ class FP32Codec(Codec):
     def sum_words(self, num_workers):
         return self.size
 
+    def sum_shape(self, num_workers):
+        """The tensor's own shape: MXNet's pushpull of several devices needs it."""
+        return self.shape
+
     def encode_sum(self, grad, residual, num_workers, agreed=None):
         """The gradient itself; no residual is at stake, so NaN is not checked (as in
         MXNet's dist_sync)."""
-        return grad.reshape((-1,))
+        return grad
 
     def decode_sum(self, summed, num_workers, agreed=None):
         return summed.reshape(self.shape)

@@ -41,8 +41,9 @@ class _SumKey:
         from mxnet import ndarray
         self.key, self.codec = key, codec
         self.words = codec.sum_words(num_workers)
-        self.pulled = ndarray.zeros((self.words,), dtype=codec.sum_dtype)
-        kv.init(key, ndarray.zeros((self.words,), dtype=codec.sum_dtype))
+        shape = codec.sum_shape(num_workers)
+        self.pulled = ndarray.zeros(shape, dtype=codec.sum_dtype)
+        kv.init(key, ndarray.zeros(shape, dtype=codec.sum_dtype))
         self.agreement_key = agreement_key
         if agreement_key is not None:
             self.agreed = ndarray.zeros((codec.agreement_words,), dtype=np.float32)
