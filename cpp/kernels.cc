@@ -815,40 +815,34 @@ int ternary_decode_sum(const float* words, int64_t num_words, double threshold,
 
 KVX_INLINE uint32_t twobit_shift(int j) { return 8u * (j >> 2) + 6u - 2u * (j & 3); }
 
+// One word of `count` <= 16 codes; the hot loop passes the constant 16, so after
+// inlining the inner loop has a fixed trip count and vectorises.
+KVX_INLINE uint32_t twobit_word(const float* g, float* r, int count, float t,
+                                int32_t enabled) {
+  uint32_t word = 0;
+  for (int j = 0; j < count; ++j) {
+    const float a = g[j] + r[j];
+    const int32_t pos = static_cast<int32_t>(a >= t) & enabled;
+    const int32_t neg = static_cast<int32_t>(a <= -t) & enabled;
+    r[j] = a - static_cast<float>(pos - neg) * t;
+    // 3 for +t, 2 for -t, 0 otherwise (pos and neg are never both set).
+    const uint32_t bits = static_cast<uint32_t>(3 * pos + 2 * neg);
+    word |= bits << twobit_shift(j);
+  }
+  return word;
+}
+
 KVX_HOT static void twobit_pack(const float* grad, float* residual, int64_t n, float t,
                                 uint32_t* words) {
   const int32_t enabled = t > 0.0f ? -1 : 0;
   const int64_t full = n / kTwoBitPerWord;
-  for (int64_t w = 0; w < full; ++w) {
-    const float* g = grad + w * kTwoBitPerWord;
-    float* r = residual + w * kTwoBitPerWord;
-    uint32_t word = 0;
-    for (int j = 0; j < kTwoBitPerWord; ++j) {
-      const float a = g[j] + r[j];
-      const int32_t pos = static_cast<int32_t>(a >= t) & enabled;
-      const int32_t neg = static_cast<int32_t>(a <= -t) & enabled;
-      r[j] = a - static_cast<float>(pos - neg) * t;
-      // 3 for +t, 2 for -t, 0 otherwise (pos and neg are never both set).
-      const uint32_t bits = static_cast<uint32_t>(3 * pos + 2 * neg);
-      word |= bits << twobit_shift(j);
-    }
-    words[w] = word;
-  }
+  for (int64_t w = 0; w < full; ++w)
+    words[w] = twobit_word(grad + w * kTwoBitPerWord, residual + w * kTwoBitPerWord,
+                           kTwoBitPerWord, t, enabled);
   const int64_t rest = n - full * kTwoBitPerWord;
-  if (rest > 0) {
-    const float* g = grad + full * kTwoBitPerWord;
-    float* r = residual + full * kTwoBitPerWord;
-    uint32_t word = 0;
-    for (int j = 0; j < rest; ++j) {
-      const float a = g[j] + r[j];
-      const int32_t pos = static_cast<int32_t>(a >= t) & enabled;
-      const int32_t neg = static_cast<int32_t>(a <= -t) & enabled;
-      r[j] = a - static_cast<float>(pos - neg) * t;
-      const uint32_t bits = static_cast<uint32_t>(3 * pos + 2 * neg);
-      word |= bits << twobit_shift(j);
-    }
-    words[full] = word;
-  }
+  if (rest > 0)
+    words[full] = twobit_word(grad + full * kTwoBitPerWord, residual + full * kTwoBitPerWord,
+                              static_cast<int>(rest), t, enabled);
 }
 
 KVX_HOT static void twobit_unpack(const uint32_t* words, int64_t n, float t, float* out) {
