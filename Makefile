@@ -34,5 +34,8 @@ test-py: install
 
 test: test-cpp test-py
 
+bench: install
+	PYTHON=$(abspath $(PY)) bash bench/run_all.sh
+
 clean:
 	rm -rf build $(VENV)
