@@ -261,25 +261,13 @@ def run_one(placement, args, scheme, seed, job_dir):
     seconds = time.monotonic() - started
     busy = cpu_busy_seconds()[0] - busy0
     ours = children_cpu_seconds() - ours0
-    if code in cluster.STOP_CODES:
-        raise cluster.Interrupted('job stopped by a signal (exit %d)' % code)
     run = {'scheme': label, 'kvstore': kvstore, 'compression_params': params, 'seed': seed,
            'exit_code': code, 'job_s': seconds, 'job_cpu_s': ours,
            'others_cpu_share': max(0.0, busy - ours) / (seconds * (os.cpu_count() or 1)),
            'loadavg_1min_before': load_before}
-    if code != 0:
-        run['error'] = 'FAILED: job exited %d' % code
-        run['log_tail'] = log.tail()
+    summaries = cluster.worker_results(code, run, log, out_dir, args.workers)
+    if summaries is None:
         return run
-    summaries = []
-    for rank in range(args.workers):
-        try:
-            with open(os.path.join(out_dir, 'worker-%d.json' % rank)) as f:
-                summaries.append(json.load(f))
-        except (OSError, ValueError) as e:
-            run['error'] = 'FAILED: no summary from rank %d (%s)' % (rank, e)
-            run['log_tail'] = log.tail()
-            return run
     curve = run_curve(summaries)
     run.update({'curve': curve, 'final_acc': curve[-1]['test_acc'],
                 'time_to_target_s': time_to(curve, args.target),

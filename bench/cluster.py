@@ -231,26 +231,36 @@ def run_one(cluster, args, model, scheme, job_dir):
     with Redirect(os.path.join(job_dir, 'job.log'), not args.verbose) as log:
         code = launch.run_job(specs, timeout=args.timeout)
     seconds = time.monotonic() - started
-    if code in STOP_CODES:         # the launcher caught our Ctrl-C/SIGTERM/SIGHUP
-        raise Interrupted('job stopped by a signal (exit %d)' % code)
     row = {'model': model, 'scheme': label, 'kvstore': kvstore,
            'compression_params': params, 'exit_code': code, 'job_s': seconds,
            'loadavg_1min_before': load_before}
+    workers = worker_results(code, row, log, out_dir, args.workers)
+    if workers is not None:
+        row.update(summarize(workers, before, cluster.counters()))
+    return row
+
+
+def worker_results(code, row, log, out_dir, count):
+    """The JSON each worker wrote (worker-N.json), or None with row['error'] set.
+
+    Shared with bench/accuracy.py. Raises Interrupted when the launcher stopped the job
+    because we were asked to stop (Ctrl-C/SIGTERM/SIGHUP)."""
+    if code in STOP_CODES:
+        raise Interrupted('job stopped by a signal (exit %d)' % code)
     if code != 0:
         row['error'] = 'FAILED: job exited %d' % code
         row['log_tail'] = log.tail()
-        return row
-    workers = []
-    for i in range(args.workers):
+        return None
+    results = []
+    for i in range(count):
         try:
             with open(os.path.join(out_dir, 'worker-%d.json' % i)) as f:
-                workers.append(json.load(f))
+                results.append(json.load(f))
         except (OSError, ValueError) as e:
             row['error'] = 'FAILED: no result from worker %d (%s)' % (i, e)
             row['log_tail'] = log.tail()
-            return row
-    row.update(summarize(workers, before, cluster.counters()))
-    return row
+            return None
+    return results
 
 
 def run_all(cluster, args, schemes, plugin, out):
