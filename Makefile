@@ -22,7 +22,8 @@ install: $(DEPS)
 
 demo: install
 	$(PY) -m kvstore_ext.launch -n 2 -s 1 --timeout 600 -- \
-	    $(PY) gluon_scripts/train_mnist.py --kvstore dist_sync_hylo --num-epochs 3
+	    $(PY) gluon_scripts/train_mnist.py --kvstore dist_sync_hylo --num-epochs 6 \
+	    --batch-size 32 --lr 0.1 --log-interval 0
 
 test-cpp:
 	cmake -S . -B $(CTEST_BUILD) -DKVX_BUILD_TESTS=ON -DKVX_BUILD_PLUGIN=OFF >/dev/null
