@@ -244,14 +244,8 @@ def run_one(placement, args, scheme, seed, job_dir):
     """One training job; a run record (``error`` set on failure)."""
     label, kvstore, params = scheme
     out_dir = os.path.join(job_dir, 'results')
-    python = sys.executable
-    env = {'OMP_NUM_THREADS': str(args.threads)}
-    specs = launch.local_nodes(
-        args.workers, args.servers,
-        train_command(python, kvstore, params, seed, args, out_dir),
-        [python, '-c', 'import mxnet'], launch.free_port(), env)
-    if placement is not None:
-        specs = launch.in_namespaces(specs, placement)
+    specs = cluster.job_specs(
+        args, train_command(sys.executable, kvstore, params, seed, args, out_dir), placement)
     load_before = os.getloadavg()[0]
     busy0, _ = cpu_busy_seconds()
     ours0 = children_cpu_seconds()

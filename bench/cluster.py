@@ -214,17 +214,23 @@ class Redirect:
             return ''.join(f.readlines()[-lines:])
 
 
+def job_specs(args, command, placement):
+    """Launcher specs of one job: workers run ``command``, scheduler and servers
+    ``import mxnet``; each node in its namespace when ``placement`` is given.
+    Shared with bench/accuracy.py."""
+    python = sys.executable
+    specs = launch.local_nodes(args.workers, args.servers, command,
+                               [python, '-c', 'import mxnet'], launch.free_port(),
+                               {'OMP_NUM_THREADS': str(args.threads)})
+    return launch.in_namespaces(specs, placement) if placement is not None else specs
+
+
 def run_one(cluster, args, model, scheme, job_dir):
     """One job on the cluster as it is shaped now; a row (``error`` set on failure)."""
     label, kvstore, params = scheme
     out_dir = os.path.join(job_dir, 'results')
-    python = sys.executable
-    env = {'OMP_NUM_THREADS': str(args.threads)}
-    specs = launch.local_nodes(
-        args.workers, args.servers,
-        worker_command(python, model, kvstore, params, args, out_dir),
-        [python, '-c', 'import mxnet'], launch.free_port(), env)
-    specs = launch.in_namespaces(specs, cluster.placement)
+    specs = job_specs(args, worker_command(sys.executable, model, kvstore, params, args,
+                                           out_dir), cluster.placement)
     before = cluster.counters()
     load_before = os.getloadavg()[0]     # others' load on the machine skews timings
     started = time.monotonic()
