@@ -4,7 +4,8 @@ One ``pushpull`` for one key:
 
 1. sum the worker's devices (on CPU, where the kernels run);
 2. the scheme's policy picks the tensor's codec (once per key);
-3. the codec encodes ``grad + residual`` (C++ op; the residual is updated in place);
+3. the codec encodes ``grad + residual`` (C++ op; the residual is updated in place),
+   with the agreement among workers first if the codec is additive (agreement.py);
 4. the transport exchanges payloads and returns the float32 sum over workers;
 5. the sum is written to every device's output.
 
@@ -36,6 +37,7 @@ class _KeyState:
     def __init__(self, key, shape, dtype):
         self.key, self.shape, self.dtype = key, shape, dtype
         self.codec = self.chunks = self.residual = None
+        self.agreements = None      # per chunk: agreement.Agreement or None
         self.plain = False
 
 
@@ -156,7 +158,7 @@ class CompressedKVStore(KVStoreBase):
         if state.dtype != np.float32:
             grad = grad.astype(np.float32)
         summed, pushed, pulled = self._transport.pushpull(key, state.chunks, grad,
-                                                          state.residual)
+                                                          state.residual, state.agreements)
         self._stats.record(key, grad.size * 4, pushed, pulled)
         if state.dtype != np.float32:
             summed = summed.astype(state.dtype)
@@ -173,6 +175,9 @@ class CompressedKVStore(KVStoreBase):
                        and state.dtype == np.float32)
         if state.codec.uses_residual:
             state.residual = self._memory.get(state.key, state.shape)
+        state.agreements = [self._memory.agreement(state.key, i, c.codec)
+                            if c.codec.agreement_words else None
+                            for i, c in enumerate(state.chunks)]
         self._transport.declare(state.key, state.chunks)
 
     @staticmethod
@@ -225,7 +230,8 @@ class CompressedKVStore(KVStoreBase):
         return {k: (s.codec.describe() if s.codec else None) for k, s in self._keys.items()}
 
     def save_compression_state(self, fname):
-        """Save this worker's residuals and byte counters (one file per worker)."""
+        """Save this worker's residuals, carried agreements and byte counters (one file
+        per worker)."""
         import json
         arrays = self._memory.state()
         arrays['__meta__'] = ndarray.array(

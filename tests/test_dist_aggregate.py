@@ -41,10 +41,22 @@ def worker_gradients(workers, step, key):
             for w in range(workers)]
 
 
-def reference_chunk(codec, grads, residuals, agreed, workers):
-    """(expected float32 sum, exact?) for one chunk; updates ``residuals`` in place."""
+def agreement_statistic(codec, accs):
+    """What the workers' agreement sums to: abs-sums (FC) or filter scores (conv)."""
+    if isinstance(codec, HomTernaryCodec):
+        return np.array([sum(np.abs(a.astype(np.float64)).sum() for a in accs)])
+    return sum(ref.filter_scores(a) for a in accs)
+
+
+def reference_chunk(codec, grads, residuals, agreed, carried, workers):
+    """(expected float32 sum, exact?) for one chunk; updates ``residuals`` in place.
+
+    ``agreed`` is what the workers recorded they encoded with; it must equal the
+    statistic of this step's acc ('round') or ``carried`` from the previous step
+    ('previous'; None at the first step, which runs a round). Returns also what
+    this step carries to the next one."""
     if isinstance(codec, FP32Codec):
-        return sum(grads[1:], grads[0].copy()), False     # server adds in arrival order
+        return sum(grads[1:], grads[0].copy()), False, None   # server adds in arrival order
     if isinstance(codec, (FilterTopKCodec, TernaryCodec)):
         total = np.zeros(codec.size, np.float32)
         for w, g in enumerate(grads):                      # server decodes in rank order
@@ -58,11 +70,11 @@ def reference_chunk(codec, grads, residuals, agreed, workers):
             assert status == ok == 0
             residuals[w][...] = new_res
             total += decoded
-        return total.reshape(codec.shape), True
+        return total.reshape(codec.shape), True, None
     accs = [g + r for g, r in zip(grads, residuals)]
+    expected = agreement_statistic(codec, accs) if carried is None else carried
+    np.testing.assert_allclose(agreed, expected, rtol=1e-4)
     if isinstance(codec, HomTernaryCodec):
-        total_abs = sum(np.abs(a.astype(np.float64)).sum() for a in accs)
-        np.testing.assert_allclose(agreed[0], total_abs, rtol=1e-5)
         t = np.float32(codec.scale * float(agreed[0]) / (workers * codec.size))
         words = np.zeros(codec.sum_words(workers), np.float32)
         for w, g in enumerate(grads):
@@ -70,25 +82,35 @@ def reference_chunk(codec, grads, residuals, agreed, workers):
             assert status == 0
             residuals[w][...] = new_res
             words += payload
-        return ref.ternary_decode_sum(words, t, workers, codec.size)[0].reshape(codec.shape), True
-    assert isinstance(codec, HomTopKCodec)
-    scores = sum(ref.filter_scores(a) for a in accs)
-    np.testing.assert_allclose(agreed, scores, rtol=1e-4)
-    idx = ref.topk_select(agreed.astype(np.float64), codec.k)
-    assert np.array_equal(idx, ref.topk_select(scores, codec.k))
-    values = np.zeros(codec.k * codec.filter_size, np.float32)
-    for w, g in enumerate(grads):
-        sent, new_res, status = ref.topk_gather(g, residuals[w], idx)
-        assert status == 0
-        residuals[w][...] = new_res
-        values += sent
-    return ref.topk_scatter(values, idx, codec.shape)[0], False
+        expect = ref.ternary_decode_sum(words, t, workers, codec.size)[0].reshape(codec.shape)
+        exact = True
+    else:
+        assert isinstance(codec, HomTopKCodec)
+        idx = ref.topk_select(agreed.astype(np.float64), codec.k)
+        assert np.array_equal(idx, ref.topk_select(expected, codec.k))
+        values = np.zeros(codec.k * codec.filter_size, np.float32)
+        for w, g in enumerate(grads):
+            sent, new_res, status = ref.topk_gather(g, residuals[w], idx)
+            assert status == 0
+            residuals[w][...] = new_res
+            values += sent
+        expect, exact = ref.topk_scatter(values, idx, codec.shape)[0], False
+    carry = None
+    if codec.agreement_mode == 'previous':     # the prediction of the next step's acc
+        carry = agreement_statistic(codec, [g + r for g, r in zip(grads, residuals)])
+    return expect, exact, carry
 
 
-@pytest.mark.parametrize('mode', ['server', 'homomorphic'])
-@pytest.mark.parametrize('workers, servers', [(2, 1), (2, 2), (4, 1), (4, 2)])
+MODES = {'server': {'aggregation': 'server'},
+         'homomorphic': {'aggregation': 'homomorphic', 'agreement': 'previous'},
+         'homomorphic-round': {'aggregation': 'homomorphic', 'agreement': 'round'}}
+
+
+@pytest.mark.parametrize('mode, workers, servers', [
+    (mode, w, s) for mode in ('server', 'homomorphic') for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
+] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1)])
 def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
-    params = dict(PARAMS, aggregation=mode)
+    params = dict(PARAMS, **MODES[mode])
     launch(tmp_path, job_env, workers, servers, [JOB, '--params', json.dumps(params),
                                         '--steps', str(STEPS), '--out', str(tmp_path)])
     runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
@@ -103,6 +125,7 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
         codec = scheme.codec_for(shape, np.float32)
         chunks = chunking.split(codec, params['chunk_size'])
         residuals = [np.zeros(shape, np.float32) for _ in range(workers)]
+        carried = [None] * len(chunks)
         for step in range(STEPS):
             outs = [run['out/%s/%d' % (key, step)] for run in runs]
             for out in outs[1:]:
@@ -110,9 +133,9 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
             grads = worker_gradients(workers, step, key)
             for i, chunk in enumerate(chunks):
                 agreed = runs[0].get('agreed/%s/%d/%d' % (key, step, i))
-                expect, exact = reference_chunk(
+                expect, exact, carried[i] = reference_chunk(
                     chunk.codec, [chunk.view(g) for g in grads],
-                    [chunk.view(r) for r in residuals], agreed, workers)
+                    [chunk.view(r) for r in residuals], agreed, carried[i], workers)
                 got = chunk.view(outs[0])
                 if exact:
                     assert np.array_equal(got, expect), (key, step, i, chunk.codec)

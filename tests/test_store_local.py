@@ -222,10 +222,15 @@ def test_comm_stats_counts_bytes():
 
 # -- bad input --------------------------------------------------------------------
 
+AGGREGATIONS = [{}, {'aggregation': 'homomorphic', 'agreement': 'previous'},
+                {'aggregation': 'homomorphic', 'agreement': 'round'}]
+
+
+@pytest.mark.parametrize('aggregation', AGGREGATIONS)
 @pytest.mark.parametrize('shape', [(16, 4, 3, 3), (50, 40), (30,)])
 @pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
-def test_non_finite_gradient_raises_and_keeps_state(shape, bad):
-    kv = hylo(size_threshold=1, conv_rate=0.25)
+def test_non_finite_gradient_raises_and_keeps_state(shape, bad, aggregation):
+    kv = hylo(size_threshold=1, conv_rate=0.25, **aggregation)
     kv.pushpull('w', mx.nd.array(rand(shape, 1)))
     res_before = kv._memory.get('w', shape).asnumpy().copy() if len(shape) > 1 else None
     g = rand(shape, 2)
@@ -237,7 +242,7 @@ def test_non_finite_gradient_raises_and_keeps_state(shape, bad):
         assert np.array_equal(kv._memory.get('w', shape).asnumpy(), res_before)
     assert np.isnan(v.asnumpy()).any() or np.isinf(v.asnumpy()).any(), 'value untouched'
     # the next finite step works as before
-    kv2 = hylo(size_threshold=1, conv_rate=0.25)
+    kv2 = hylo(size_threshold=1, conv_rate=0.25, **aggregation)
     kv2.pushpull('w', mx.nd.array(rand(shape, 1)))
     a, b = mx.nd.array(rand(shape, 3)), mx.nd.array(rand(shape, 3))
     kv.pushpull('w', a)
@@ -298,14 +303,23 @@ def test_malformed_payloads_are_rejected(codec_id):
 
 # -- residuals are state -----------------------------------------------------------
 
-def test_checkpoint_restores_residuals_exactly(tmp_path):
-    shapes = {'conv': (24, 8, 3, 3), 7: (60, 20)}
-    kv = hylo(size_threshold=1, conv_rate=0.2)
+@pytest.mark.parametrize('aggregation', AGGREGATIONS)
+def test_checkpoint_restores_residuals_exactly(tmp_path, aggregation):
+    """Residuals (and agreements carried between steps) are state: a resumed store
+    continues bit for bit, chunked tensors included."""
+    shapes = {'conv': (24, 8, 3, 3), 7: (60, 20), 'big': (3000,)}
+    kv = hylo(size_threshold=1, conv_rate=0.2, chunk_size=1024, **aggregation)
     for s in range(3):
         for key, shape in shapes.items():
             kv.pushpull(key, mx.nd.array(rand(shape, s)))
     path = str(tmp_path / 'state-rank0.kvx')
     kv.save_compression_state(path)
+    carried = sorted(name for name in mx.nd.load(path) if name.startswith('agreed/'))
+    if aggregation.get('agreement') == 'previous':    # every chunk: 1024 elements at most
+        assert carried == ['agreed/i:7/0', 'agreed/i:7/1', 'agreed/s:big/0', 'agreed/s:big/1',
+                           'agreed/s:big/2', 'agreed/s:conv/0', 'agreed/s:conv/1']
+    else:
+        assert carried == []
     resumed = mx.kv.create('dist_sync_hylo')
     resumed.load_compression_state(path)
     assert resumed.scheme.params == kv.scheme.params

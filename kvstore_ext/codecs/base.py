@@ -9,7 +9,8 @@ parameters its encoder needs. Two families, chosen by ``additive``:
   dispatches on the header's codec id);
 * additive codecs (``additive = True``): ``encode_sum`` gives an array whose sum over
   workers, formed by the stock server, ``decode_sum`` turns into the float32 sum.
-  They may first need a tiny agreement round (``agreement_words > 0``).
+  They may first need an agreement among workers (``agreement_words > 0``; see
+  agreement.py).
 
 Every integer in a payload is an exact float, so payloads survive the server's merge.
 """
@@ -27,6 +28,7 @@ class Codec:
     uses_residual = True
     additive = False
     agreement_words = 0
+    agreement_mode = 'round'   # or 'previous' (see agreement.py)
     chunk_by_rows = False    # True: chunks are ranges of the first axis (filters)
 
     def __init__(self, shape):

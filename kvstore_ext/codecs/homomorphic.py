@@ -1,6 +1,8 @@
 """Hylo's homomorphic variant (after THC): payloads the stock server can simply add.
 
-Workers first agree, in a tiny sum-mode round, on what makes their payloads additive:
+Workers first agree on what makes their payloads additive, from a statistic of each
+worker's ``acc`` summed over workers (agreement.py: a tiny sum-mode round, or the
+statistic carried by the previous step's aggregate):
 
 * FC (ternary): each worker contributes ``sum|acc|``; all then use
   ``t = scale * total / (num_workers * n)``, the mean of the thresholds each would
@@ -37,13 +39,14 @@ class HomTernaryCodec(Codec):
     additive = True
     sum_dtype = np.float32
 
-    def __init__(self, shape, scale=1.0, threshold=0.0):
+    def __init__(self, shape, scale=1.0, threshold=0.0, agreement='round'):
         super().__init__(shape)
         self.scale, self.threshold = float(scale), float(threshold)
         self.agreement_words = 0 if self.threshold > 0 else 1
+        self.agreement_mode = agreement
 
     def chunk(self, start, stop):
-        return type(self)((stop - start,), self.scale, self.threshold)
+        return type(self)((stop - start,), self.scale, self.threshold, self.agreement_mode)
 
     def sum_words(self, num_workers):
         return -(-self.size // digits_per_float32(2 * num_workers + 1))
@@ -76,7 +79,7 @@ class HomTernaryCodec(Codec):
         return out
 
     def describe(self):
-        return 'ternary (additive), t agreed'
+        return 'ternary (additive), t agreed (%s)' % self.agreement_mode
 
 
 class HomTopKCodec(Codec):
@@ -84,16 +87,17 @@ class HomTopKCodec(Codec):
     additive = True
     chunk_by_rows = True
 
-    def __init__(self, shape, k):
+    def __init__(self, shape, k, agreement='round'):
         super().__init__(shape)
         self.k = int(k)
         self.filter_size = self.size // self.shape[0]
         self.agreement_words = self.shape[0]
+        self.agreement_mode = agreement
 
     def chunk(self, start, stop):
         filters = stop - start
         k = min(max(math.ceil(self.k * filters / self.shape[0]), 1), filters)
-        return type(self)((filters,) + self.shape[1:], k)
+        return type(self)((filters,) + self.shape[1:], k, self.agreement_mode)
 
     def sum_words(self, num_workers):
         return self.k * self.filter_size
@@ -121,4 +125,5 @@ class HomTopKCodec(Codec):
         return out
 
     def describe(self):
-        return 'top %d of %d filters (additive, agreed)' % (self.k, self.shape[0])
+        return 'top %d of %d filters (additive, agreed (%s))' % (self.k, self.shape[0],
+                                                                 self.agreement_mode)

@@ -22,7 +22,8 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
 4. **Aggregation** (``aggregation='server'``, the paper's design): the parameter
    server decodes every worker's payload to float32 and sums; workers pull float32.
    ``aggregation='homomorphic'`` is the additive variant (workers agree on t and the
-   filter set so that the server can add payloads; see docs/DESIGN.md).
+   filter set so that the server can add payloads; ``agreement`` says how: from the
+   previous aggregate or by an extra round; see agreement.py and docs/DESIGN.md).
 """
 import math
 
@@ -52,6 +53,10 @@ class Hylo(Scheme):
         'aggregation': Param('str', 'server', "'server' (decode at the server, as the "
                              "paper) or 'homomorphic' (additive payloads)",
                              choices=('server', 'homomorphic')),
+        'agreement': Param('str', 'previous', "homomorphic only: how workers agree on t "
+                           "and the filter set: 'previous' (statistic carried by the "
+                           "previous aggregate) or 'round' (an extra tiny round per step)",
+                           choices=('previous', 'round')),
     }
 
     def check(self, params):
@@ -76,7 +81,13 @@ class Hylo(Scheme):
         if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
             return self.uncompressed(shape, dtype)
         additive = self.params['aggregation'] == 'homomorphic'
+        agreement = self.params['agreement']
         if len(shape) >= 3:
-            return (HomTopKCodec if additive else FilterTopKCodec)(shape, self.conv_k(shape))
-        return (HomTernaryCodec if additive else TernaryCodec)(
-            shape, scale=self.params['fc_scale'], threshold=self.params['fc_threshold'])
+            if additive:
+                return HomTopKCodec(shape, self.conv_k(shape), agreement)
+            return FilterTopKCodec(shape, self.conv_k(shape))
+        if additive:
+            return HomTernaryCodec(shape, self.params['fc_scale'], self.params['fc_threshold'],
+                                   agreement)
+        return TernaryCodec(shape, scale=self.params['fc_scale'],
+                            threshold=self.params['fc_threshold'])

@@ -33,30 +33,29 @@ class LocalTransport:
                 total.copyto(o)
         return total.size * 4, total.size * 4
 
-    def pushpull(self, key, chunks, grad, residual):
+    def pushpull(self, key, chunks, grad, residual, agreements):
         """(float32 sum over workers, bytes pushed, bytes pulled) of one step."""
-        parts, traffic = [], 0
-        for chunk in chunks:
+        parts, pushed, pulled = [], 0, 0
+        for chunk, agreement in zip(chunks, agreements):
             codec = chunk.codec
             g = chunk.view(grad)
             r = chunk.view(residual) if residual is not None else None
             if codec.additive:
-                agreed = codec.agreement(g, r) if codec.agreement_words else None
+                words = 0
+                if agreement is not None and agreement.needs_round():
+                    agreement.agreed_by_round(agreement.contribution(g, r))
+                    words += agreement.words
+                agreed = agreement.current if agreement is not None else None
                 payload = codec.encode_sum(g, r, 1, agreed)
                 parts.append(codec.decode_sum(payload, 1, agreed))
-                traffic += payload.size * np.dtype(payload.dtype).itemsize
-                traffic += 4 * codec.agreement_words
+                if agreement is not None and agreement.tail_words:
+                    agreement.agreed_by_previous(agreement.contribution(g, r))
+                    words += agreement.tail_words
+                size = payload.size * np.dtype(payload.dtype).itemsize + 4 * words
+                pushed, pulled = pushed + size, pulled + size
             else:
                 payload = codec.encode(g, r)
                 parts.append(decode_sum([payload], codec.shape))
-                traffic += payload.size * 4
-        pulled = sum(self._pulled_bytes(c.codec) for c in chunks)
-        return assemble(chunks, parts, grad.shape), traffic, pulled
-
-    @staticmethod
-    def _pulled_bytes(codec):
-        """What a worker would pull: the summed payload, or float32 after server decode."""
-        if codec.additive:
-            return codec.sum_words(1) * np.dtype(codec.sum_dtype).itemsize \
-                + 4 * codec.agreement_words
-        return codec.size * 4
+                pushed += payload.size * 4
+                pulled += codec.size * 4    # what a server-decode pull brings: float32
+        return assemble(chunks, parts, grad.shape), pushed, pulled

@@ -5,8 +5,9 @@ one of two modes, chosen by the chunk's codec:
 
 * **sum mode** (additive codecs: float32 pass-through, homomorphic payloads): a dense
   key; each worker pushes its payload, the stock server adds them, the pull returns
-  the sum, decoded on the worker. Codecs that need an agreement first (the
-  homomorphic ones) do a tiny sum-mode round on a second key before encoding.
+  the sum, decoded on the worker. Codecs that need an agreement (the homomorphic
+  ones) get it from a tiny sum-mode round on a second key, or from the tail of the
+  previous step's sum (agreement.py).
 * **server-decode mode** (the paper's design): a ``row_sparse`` key with a slot of
   ``rows_per_slot`` rows per worker; each worker pushes only its slot, so the merge is
   a gather and the server-side aggregator (transport/server.py) sees every worker's
@@ -27,6 +28,7 @@ import sys
 
 import numpy as np
 
+from ..agreement import tail_words
 from ..chunking import assemble
 from .server import ServerAggregator
 
@@ -35,23 +37,45 @@ _NO_SLICING = str(2 ** 31 - 1)
 
 
 class _SumKey:
-    """A dense key for an additive chunk: push payload, pull the sum."""
+    """A dense key for an additive chunk: push payload (+ agreement tail), pull the sum.
+
+    Codecs that agree by a round get a second, small key for it."""
 
     def __init__(self, kv, key, codec, num_workers, agreement_key):
         from mxnet import ndarray
         self.key, self.codec = key, codec
         self.words = codec.sum_words(num_workers)
+        self.tail = tail_words(codec)
         shape = codec.sum_shape(num_workers)
+        if self.tail:
+            shape = (self.words + self.tail,)
         self.pulled = ndarray.zeros(shape, dtype=codec.sum_dtype)
         kv.init(key, ndarray.zeros(shape, dtype=codec.sum_dtype))
         self.agreement_key = agreement_key
         if agreement_key is not None:
-            self.agreed = ndarray.zeros((codec.agreement_words,), dtype=np.float32)
-            kv.init(agreement_key, self.agreed)
+            self.round_sum = ndarray.zeros((codec.agreement_words,), dtype=np.float32)
+            kv.init(agreement_key, self.round_sum)
 
     def bytes_per_step(self):
-        size = self.words * np.dtype(self.codec.sum_dtype).itemsize
-        return size + (4 * self.codec.agreement_words if self.agreement_key is not None else 0)
+        return (self.words + self.tail) * np.dtype(self.codec.sum_dtype).itemsize
+
+    def payload(self, grad, residual, num_workers, agreement):
+        """What this worker pushes: the encoded chunk, then the agreement tail."""
+        agreed = agreement.current if agreement is not None else None
+        words = self.codec.encode_sum(grad, residual, num_workers, agreed)
+        if not self.tail:
+            return words
+        from mxnet import ndarray
+        return ndarray.concat(words, agreement.contribution(grad, residual), dim=0)
+
+    def result(self, num_workers, agreement):
+        """The decoded sum; the tail becomes the next step's agreement."""
+        agreed = agreement.current if agreement is not None else None
+        if not self.tail:
+            return self.codec.decode_sum(self.pulled, num_workers, agreed)
+        out = self.codec.decode_sum(self.pulled[:self.words], num_workers, agreed)
+        agreement.agreed_by_previous(self.pulled[self.words:])
+        return out
 
 
 class _SlotKey:
@@ -166,6 +190,7 @@ class PSTransport:
         for chunk in chunks:
             codec = chunk.codec
             if codec.additive:
+                # every codec that agrees needs a round key: 'previous' for its first step
                 agreement = self._new_key() if codec.agreement_words else None
                 wire.append(_SumKey(self._kv, self._new_key(), codec, self.num_workers,
                                     agreement))
@@ -181,20 +206,24 @@ class PSTransport:
         self._kv.pushpull(wire.key, values, out=outs)
         return wire.bytes_per_step(), wire.bytes_per_step()
 
-    def pushpull(self, key, chunks, grad, residual):
-        """Push every chunk, then pull: the chunks of a tensor travel concurrently."""
+    def pushpull(self, key, chunks, grad, residual, agreements):
+        """Push every chunk, then pull: the chunks of a tensor travel concurrently.
+
+        Agreement rounds, where needed, go first for all chunks, so their round trips
+        overlap too."""
         wire = self._wire[key]
         views = [(c.view(grad), c.view(residual) if residual is not None else None)
                  for c in chunks]
-        for w, (g, r) in zip(wire, views):
-            if isinstance(w, _SumKey) and w.agreement_key is not None:
-                self._kv.push(w.agreement_key, w.codec.agreement(g, r))
-                self._kv.pull(w.agreement_key, out=w.agreed)
         pushed = pulled = 0
-        for w, (g, r) in zip(wire, views):
+        for w, (g, r), a in zip(wire, views, agreements):
+            if a is not None and a.needs_round():
+                self._kv.push(w.agreement_key, a.contribution(g, r))
+                self._kv.pull(w.agreement_key, out=w.round_sum)
+                a.agreed_by_round(w.round_sum)
+                pushed, pulled = pushed + 4 * a.words, pulled + 4 * a.words
+        for w, (g, r), a in zip(wire, views, agreements):
             if isinstance(w, _SumKey):
-                agreed = w.agreed if w.agreement_key is not None else None
-                self._kv.push(w.key, w.codec.encode_sum(g, r, self.num_workers, agreed))
+                self._kv.push(w.key, w.payload(g, r, self.num_workers, a))
                 self._kv.pull(w.key, out=w.pulled)
                 pushed += w.bytes_per_step()
                 pulled += w.bytes_per_step()
@@ -202,9 +231,8 @@ class PSTransport:
                 w.push_pull(self._kv, w.codec.encode(g, r))
                 pushed += w.bytes_pushed()
                 pulled += w.bytes_pulled()
-        parts = [w.codec.decode_sum(w.pulled, self.num_workers,
-                                    w.agreed if w.agreement_key is not None else None)
-                 if isinstance(w, _SumKey) else w.result() for w in wire]
+        parts = [w.result(self.num_workers, a) if isinstance(w, _SumKey) else w.result()
+                 for w, a in zip(wire, agreements)]
         return assemble(chunks, parts, grad.shape), pushed, pulled
 
     def barrier(self):

@@ -50,10 +50,9 @@ def main():
             state = kv._keys[key]
             if state.residual is not None:
                 record['res/%s/%d' % (key, step)] = state.residual.asnumpy()
-            wire = getattr(kv._transport, '_wire', {}).get(key, [])
-            for i, w in enumerate(wire):
-                if getattr(w, 'agreement_key', None) is not None:
-                    record['agreed/%s/%d/%d' % (key, step, i)] = w.agreed.asnumpy()
+            for i, agreement in enumerate(state.agreements or []):
+                if agreement is not None:       # what this step was encoded with
+                    record['agreed/%s/%d/%d' % (key, step, i)] = agreement.used.asnumpy()
     np.savez(os.path.join(args.out, 'rank%d.npz' % kv.rank), **record)
     with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:
         json.dump({'rank': kv.rank, 'num_workers': kv.num_workers, 'type': kv.type,

@@ -1,0 +1,67 @@
+"""What the workers agree on before an additive (homomorphic) encode, for one chunk.
+
+Additive payloads add up on the stock server only if every worker encodes with the
+same parameters (the FC threshold, the conv filter set). Those come from a small
+statistic of each worker's ``acc = grad + residual`` (codec.agreement: abs-sum for FC,
+per-filter squared norms for conv), summed over workers. Two ways to get the sum:
+
+* ``'round'``: a tiny sum-mode round before every encode. Exact (this step's acc),
+  but each compressed key waits for one extra round trip before it can encode.
+* ``'previous'``: the statistic travels at the tail of the previous step's payload,
+  so the previous aggregate brings it, identical on every worker, at no extra round
+  trip. It is taken after encoding, from ``grad + residual`` with the residual already
+  updated: its prediction of the next step's acc (a filter just sent counts only its
+  fresh gradient, so it is not picked again at once unless that is large, while
+  unsent filters keep accumulating: no filter starves).
+  The first step has no previous aggregate and runs one round.
+
+The agreed statistic is training state in ``'previous'`` mode: ``save_compression_state``
+saves it with the residuals, so a resumed run encodes exactly as an uninterrupted one.
+"""
+
+MODES = ('round', 'previous')
+
+
+def tail_words(codec):
+    """Words a chunk's payload carries for the next step's agreement."""
+    return codec.agreement_words if codec.agreement_mode == 'previous' else 0
+
+
+class Agreement:
+    """The agreed statistic of one additive chunk (``codec.agreement_words`` floats)."""
+
+    def __init__(self, codec, mode, restored=None):
+        if mode not in MODES:
+            raise ValueError('agreement mode must be one of %s, got %r' % (MODES, mode))
+        self.codec, self.mode = codec, mode
+        self.current = restored if mode == 'previous' else None   # for the next encode
+        self.used = None        # what the last encode used (for inspection and tests)
+
+    @property
+    def words(self):
+        return self.codec.agreement_words
+
+    @property
+    def tail_words(self):
+        return tail_words(self.codec)
+
+    def needs_round(self):
+        """True if this step must first run an agreement round."""
+        return self.mode == 'round' or self.current is None
+
+    def contribution(self, grad, residual):
+        """This worker's share of the statistic, of ``grad + residual`` as they are now."""
+        return self.codec.agreement(grad, residual)
+
+    def agreed_by_round(self, summed):
+        self.current = self.used = summed
+
+    def agreed_by_previous(self, summed_tail):
+        """After this step's decode: keep the tail of its aggregate for the next step (a
+        copy: the pull buffer is overwritten by the next step)."""
+        self.used = self.current
+        self.current = summed_tail.copy()
+
+    def saved(self):
+        """The NDArray to checkpoint, or None if nothing carries over to the next step."""
+        return self.current if self.mode == 'previous' else None
