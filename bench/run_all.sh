@@ -6,7 +6,8 @@
 #   sudo PYTHON=/path/to/python SEEDS=3 STEPS=20 bench/run_all.sh
 #
 # 1. wire_bytes.py   bytes per step per scheme for real models' shapes (no training)
-# 2. kernels.py      single-core codec throughput against size (kernels.json/.png)
+# 2. kernels.py      single-core codec throughput against size, and the per-pass
+#                    profile of the encoders (kernels.json/.png)
 # 3. cluster.py      step time and communication share on the emulated cluster:
 #                    2 workers, 1 server, vgg + resnet, every scheme, RATE and 4x RATE
 # 4. accuracy.py     MNIST time to accuracy: 4 workers, 2 servers, every scheme, SEEDS
@@ -69,7 +70,7 @@ step wire_bytes wire_bytes.txt \
     "$PYTHON" bench/wire_bytes.py --workers 4 --json "$OUT/wire_bytes.json"
 
 step kernels kernels.txt \
-    "$PYTHON" bench/kernels.py --json "$OUT/kernels.json" --plot "$OUT/kernels.png"
+    "$PYTHON" bench/kernels.py --profile --json "$OUT/kernels.json" --plot "$OUT/kernels.png"
 
 if [ "$(id -u)" -eq 0 ]; then
     step cluster cluster.txt \

@@ -6,7 +6,12 @@ plugin's own overhead shows against MXNet's native ``dist_sync`` (target: the pl
 with no compression, ``dist_sync_none``, at most 10% slower). One run, one table.
 
     python bench/step_time.py [--workers 2 --servers 1 --steps 50 --model mnist_cnn]
-        [--kvstores dist_sync,dist_sync_none,dist_sync_hylo,...] [--json out.json]
+        [--kvstores dist_sync dist_sync_none dist_sync_hylo:aggregation=homomorphic ...]
+        [--rounds 3] [--json out.json]
+
+Kvstores are given as in bench/cluster.py: ``KVSTORE[:KEY=VALUE,...]``. With
+``--rounds R`` the whole list runs R times in turn and each kvstore's steps are pooled,
+so that a change of the machine's load hits all kvstores alike.
 """
 import argparse
 import json
@@ -70,8 +75,10 @@ def main():
     p.add_argument('--out', help=argparse.SUPPRESS)
     p.add_argument('--kvstore', default='dist_sync', help=argparse.SUPPRESS)
     p.add_argument('--compression-params', default='{}', help=argparse.SUPPRESS)
-    p.add_argument('--kvstores', default='dist_sync,dist_sync_none,dist_sync_hylo,'
-                   'dist_sync_hylo:{"aggregation":"homomorphic"},dist_sync_2bit')
+    p.add_argument('--kvstores', nargs='+', metavar='KVSTORE[:KEY=VALUE,...]',
+                   default=['dist_sync', 'dist_sync_none', 'dist_sync_hylo',
+                            'dist_sync_hylo:aggregation=homomorphic', 'dist_sync_2bit'])
+    p.add_argument('--rounds', type=int, default=1, help='times the list runs, in turn')
     p.add_argument('--workers', type=int, default=2)
     p.add_argument('--servers', type=int, default=1)
     p.add_argument('--model', default='mnist_cnn')
@@ -81,16 +88,21 @@ def main():
     args = p.parse_args()
     if args.worker:
         return worker(args)
-    rows = []
-    for spec in args.kvstores.split(','):
-        kvstore, _, params = spec.partition(':')
-        result = run(kvstore, params or '{}', args)
-        rows.append({'kvstore': spec, 'median_step_s': float(np.median(result['times'])),
-                     'p90_step_s': float(np.percentile(result['times'], 90)),
-                     'stats': result['stats']})
+    sys.path.insert(0, HERE)
+    from cluster import parse_scheme
+    schemes = [parse_scheme(spec) for spec in args.kvstores]
+    times, stats = {}, {}
+    for _ in range(args.rounds):
+        for label, kvstore, params in schemes:
+            result = run(kvstore, json.dumps(params), args)
+            times.setdefault(label, []).extend(result['times'])
+            stats[label] = result['stats']
+    rows = [{'kvstore': label, 'median_step_s': float(np.median(times[label])),
+             'p90_step_s': float(np.percentile(times[label], 90)), 'stats': stats[label]}
+            for label, _, _ in schemes]
     base = rows[0]['median_step_s']
-    print('%d workers, %d servers, model %s, %d steps' % (args.workers, args.servers,
-                                                         args.model, args.steps))
+    print('%d workers, %d servers, model %s, %d steps x %d rounds' % (
+        args.workers, args.servers, args.model, args.steps, args.rounds))
     for r in rows:
         print('%-48s median %7.2f ms  p90 %7.2f ms  x%.2f of %s' % (
             r['kvstore'], 1e3 * r['median_step_s'], 1e3 * r['p90_step_s'],
@@ -98,7 +110,7 @@ def main():
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'workers': args.workers, 'servers': args.servers, 'model': args.model,
-                       'rows': rows}, f, indent=1)
+                       'steps': args.steps, 'rounds': args.rounds, 'rows': rows}, f, indent=1)
 
 
 if __name__ == '__main__':

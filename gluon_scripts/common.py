@@ -399,12 +399,17 @@ class Traffic:
     (every trainable parameter, pushed and pulled whole)."""
 
     def __init__(self, kv, net):
-        self.kv = kv
+        self.kv, self.net = kv, net
         self.counted = hasattr(kv, 'comm_stats')
         self.dist = kv.type.startswith('dist')
-        self.raw_per_step = 4 * sum(int(np.prod(p.shape)) for p in
-                                    net.collect_params().values() if p.grad_req != 'null')
         self.steps = 0
+
+    @property
+    def raw_per_step(self):
+        """float32 bytes of all trainable parameters; read when asked, not at start:
+        Gluon's deferred initialisation gives shapes only at the first forward."""
+        return 4 * sum(int(np.prod(p.shape)) for p in
+                       self.net.collect_params().values() if p.grad_req != 'null')
 
     def snapshot(self):
         if self.counted:

@@ -205,6 +205,20 @@ def test_synthetic_imagenet_one_process(tmp_path):
     assert s['comm_stats']['push_bytes'] < s['comm_stats']['raw_bytes']
 
 
+def test_raw_bytes_count_deferred_parameters(tmp_path):
+    """MXNet's own kvstores have no counters: the scripts count float32 gradients of
+    every parameter, whose shapes Gluon's deferred init knows only after a forward."""
+    runs = {}
+    for kvstore in ('local', 'dist_sync_none'):
+        summary = tmp_path / (kvstore + '.json')
+        ok(single(MNIST, ['--synthetic', '--kvstore', kvstore, '--num-epochs', '1',
+                          '--num-batches', '2', '--summary-json', str(summary)]))
+        runs[kvstore] = json.loads(summary.read_text())
+    counted = runs['dist_sync_none']['bytes_per_step']
+    assert runs['local']['bytes_per_step']['raw'] == counted['raw'] > 1e5, runs
+    assert runs['local']['bytes_per_step']['push'] == 0     # not distributed: no wire
+
+
 def one_line_error(proc, *words):
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()

@@ -261,6 +261,10 @@ def test_wrong_dtype_and_shapes():
         kv.pushpull(1, mx.nd.ones((4,)), out=mx.nd.zeros((2, 2)))
     with pytest.raises(TypeError, match='keys are int or str'):
         kv.pushpull(1.5, mx.nd.ones((4,)))
+    same = mx.nd.ones((4,))           # arrays checked once for key 1 are not for True
+    kv.pushpull(1, same)
+    with pytest.raises(TypeError, match='keys are int or str'):
+        kv.pushpull(True, same)
 
 
 def test_float64_and_float16_travel_uncompressed():

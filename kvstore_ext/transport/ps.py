@@ -46,6 +46,7 @@ class _SumKey:
         self.key, self.codec = key, codec
         self.words = codec.sum_words(num_workers)
         self.tail = tail_words(codec)
+        self.step_bytes = (self.words + self.tail) * np.dtype(codec.sum_dtype).itemsize
         shape = codec.sum_shape(num_workers)
         if self.tail:
             shape = (self.words + self.tail,)
@@ -57,7 +58,7 @@ class _SumKey:
             kv.init(agreement_key, self.round_sum)
 
     def bytes_per_step(self):
-        return (self.words + self.tail) * np.dtype(self.codec.sum_dtype).itemsize
+        return self.step_bytes
 
     def payload(self, grad, residual, num_workers, agreement):
         """What this worker pushes: the encoded chunk, then the agreement tail."""
@@ -204,7 +205,7 @@ class PSTransport:
         """Uncompressed float32 in one piece: MXNet's own pushpull (it sums devices)."""
         wire = self._wire[key][0]
         self._kv.pushpull(wire.key, values, out=outs)
-        return wire.bytes_per_step(), wire.bytes_per_step()
+        return wire.step_bytes, wire.step_bytes
 
     def pushpull(self, key, chunks, grad, residual, agreements):
         """Push every chunk, then pull: the chunks of a tensor travel concurrently.
