@@ -9,9 +9,10 @@ One ``pushpull`` for one key:
 4. the transport exchanges payloads and returns the float32 sum over workers;
 5. the sum is written to every device's output.
 
-A float32 tensor the scheme leaves uncompressed takes MXNet's own pushpull instead
-(no payload to build), so such tensors cost what they cost in ``dist_sync``; like
-there, a NaN in them reaches the sum (no residual is at stake).
+A float32 tensor the scheme leaves uncompressed takes MXNet's own pushpull instead,
+chunk by chunk on views of the arrays (no payload to build, no copy), so such tensors
+cost what they cost in ``dist_sync``; like there, a NaN in them reaches the sum (no
+residual is at stake).
 
 Gluon calls ``pushpull`` with ``update_on_kvstore=False`` (``is_capable('optimizer')``
 is False), so the optimizer runs on the workers on the summed gradient, exactly as
@@ -165,7 +166,7 @@ class CompressedKVStore(KVStoreBase):
         if state.codec is None:
             self._plan(state)
         if state.plain:
-            pushed, pulled = self._transport.pushpull_plain(key, values, outs)
+            pushed, pulled = self._transport.pushpull_plain(key, state.chunks, values, outs)
             self._stats.record(key, state.raw_bytes, pushed, pulled)
             return
         grad = self._sum_devices(values)
@@ -183,10 +184,10 @@ class CompressedKVStore(KVStoreBase):
         """Codec, chunks and residual of a key, once, at its first pushpull."""
         state.codec = self._scheme.codec_for(state.shape, state.dtype)
         state.chunks = chunking.split(state.codec, self._scheme.params['chunk_size'])
-        # plain: a float32 tensor sent as it is, in one piece: no payload to build,
-        # so it takes MXNet's own path (the plugin then costs what dist_sync costs)
-        state.plain = (isinstance(state.codec, FP32Codec) and len(state.chunks) == 1
-                       and state.dtype == np.float32)
+        # plain: a float32 tensor sent as it is: no payload to build, so each chunk
+        # takes MXNet's own pushpull on a view of the arrays (no copies; MXNet sums
+        # the devices): the plugin then costs what dist_sync costs
+        state.plain = isinstance(state.codec, FP32Codec) and state.dtype == np.float32
         if state.codec.uses_residual:
             state.residual = self._memory.get(state.key, state.shape)
         state.agreements = [self._memory.agreement(state.key, i, c.codec)

@@ -14,7 +14,7 @@ from kvx_ref import codecs as ref
 from kvstore_ext import chunking
 from kvstore_ext.codecs import (FP32Codec, FilterTopKCodec, TernaryCodec, HomTernaryCodec,
                                 HomTopKCodec)
-from kvstore_ext.schemes import Hylo
+from kvstore_ext.schemes import Hylo, NoCompression
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, 'dist_jobs', 'aggregate_job.py')
@@ -101,17 +101,23 @@ def reference_chunk(codec, grads, residuals, agreed, carried, workers):
     return expect, exact, carry
 
 
-MODES = {'server': {'aggregation': 'server'},
-         'homomorphic': {'aggregation': 'homomorphic', 'agreement': 'previous'},
-         'homomorphic-round': {'aggregation': 'homomorphic', 'agreement': 'round'}}
+# mode: (kvstore, scheme, parameters)
+MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
+         'homomorphic': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
+                                                      agreement='previous')),
+         'homomorphic-round': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
+                                                            agreement='round')),
+         # float32 through MXNet's own pushpull, chunk by chunk on views of the arrays
+         'none': ('dist_sync_none', NoCompression, {'chunk_size': 1024})}
 
 
 @pytest.mark.parametrize('mode, workers, servers', [
     (mode, w, s) for mode in ('server', 'homomorphic') for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
-] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1)])
+] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1), ('none', 2, 2)])
 def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
-    params = dict(PARAMS, **MODES[mode])
-    launch(tmp_path, job_env, workers, servers, [JOB, '--params', json.dumps(params),
+    kvstore, scheme_class, params = MODES[mode]
+    launch(tmp_path, job_env, workers, servers, [JOB, '--kvstore', kvstore,
+                                                 '--params', json.dumps(params),
                                         '--steps', str(STEPS), '--out', str(tmp_path)])
     runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
     infos = [json.load(open(str(tmp_path / ('rank%d.json' % w)))) for w in range(workers)]
@@ -120,7 +126,7 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
     for run in runs:                      # broadcast: everyone holds rank 0's value
         assert np.array_equal(run['broadcast'], np.ones((3, 4), np.float32))
 
-    scheme = Hylo(**params)
+    scheme = scheme_class(**params)
     for key, shape in job.SHAPES.items():
         codec = scheme.codec_for(shape, np.float32)
         chunks = chunking.split(codec, params['chunk_size'])
@@ -147,4 +153,7 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
                         (key, step, w)
     stats = infos[0]['stats']
     assert stats['steps'] == STEPS and stats['raw_bytes'] > 0
-    assert stats['push_bytes'] < stats['raw_bytes'] / 3
+    if mode == 'none':
+        assert stats['push_bytes'] == stats['pull_bytes'] == stats['raw_bytes']
+    else:
+        assert stats['push_bytes'] < stats['raw_bytes'] / 3

@@ -23,8 +23,9 @@ class LocalTransport:
     def broadcast(self, key, value):
         return value
 
-    def pushpull_plain(self, key, values, outs):
-        """Uncompressed float32 in one piece: the sum over devices (and one worker)."""
+    def pushpull_plain(self, key, chunks, values, outs):
+        """Uncompressed float32: the sum over devices (and one worker); no chunks
+        needed, nothing travels."""
         total = values[0].copy() if len(values) > 1 else values[0]
         for v in values[1:]:
             total += v.as_in_context(total.context)

@@ -201,11 +201,15 @@ class PSTransport:
                                      self.num_workers))
         self._wire[key] = wire
 
-    def pushpull_plain(self, key, values, outs):
-        """Uncompressed float32 in one piece: MXNet's own pushpull (it sums devices)."""
-        wire = self._wire[key][0]
-        self._kv.pushpull(wire.key, values, out=outs)
-        return wire.step_bytes, wire.step_bytes
+    def pushpull_plain(self, key, chunks, values, outs):
+        """Uncompressed float32: MXNet's own pushpull (it sums devices) of each chunk,
+        on views of the arrays."""
+        traffic = 0
+        for w, chunk in zip(self._wire[key], chunks):
+            self._kv.pushpull(w.key, [chunk.view(v) for v in values],
+                              out=[chunk.view(o) for o in outs])
+            traffic += w.step_bytes
+        return traffic, traffic
 
     def pushpull(self, key, chunks, grad, residual, agreements):
         """Push every chunk, then pull: the chunks of a tensor travel concurrently.
