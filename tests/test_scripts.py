@@ -152,6 +152,19 @@ def test_imagenet_two_workers_two_contexts_hylo_and_resume(tmp_path, job_env, da
     assert all('test_top5' in e for e in runs[0]['epochs'])
 
 
+def test_cifar10_homomorphic_resume(tmp_path, job_env, data):
+    """Homomorphic Hylo carries its agreement from one step to the next: a resumed run
+    must restore it with the residuals to end where the uninterrupted run ends."""
+    args = ['--data-dir', data['cifar10'], '--batch-size', '8', '--kvstore', 'dist_sync_hylo',
+            '--compression-params', '{"size_threshold": 512, "aggregation": "homomorphic"}'
+            ] + RESUMABLE
+    import mxnet as mx
+    runs = check_resume(tmp_path, job_env, CIFAR, 'cifar10-cifar_resnet20_v1', args)
+    check_compressed(runs)
+    state = mx.nd.load(str(tmp_path / 'split' / 'cifar10-cifar_resnet20_v1-0002-rank0.kvx'))
+    assert any(name.startswith('agreed/') for name in state), sorted(state)
+
+
 def test_multi_context_small_conv(tmp_path, job_env, data):
     """Multi-device workers with a conv layer left uncompressed (432 < 512 weights)."""
     args = (data['imagenet'] + IMAGENET_NET + HYLO
