@@ -27,6 +27,13 @@ def tail_words(codec):
     return codec.agreement_words if codec.agreement_mode == 'previous' else 0
 
 
+def settled(codec, agreement, num_workers):
+    """What a chunk's encode and decode take: derived from the agreement, if any."""
+    if agreement is None:
+        return codec.settle(None, num_workers)
+    return agreement.settled(num_workers)
+
+
 class Agreement:
     """The agreed statistic of one additive chunk (``codec.agreement_words`` floats)."""
 
@@ -36,6 +43,7 @@ class Agreement:
         self.codec, self.mode = codec, mode
         self.current = restored if mode == 'previous' else None   # for the next encode
         self.used = None        # what the last encode used (for inspection and tests)
+        self._settled = None    # codec.settle(current): derived once a step
 
     @property
     def words(self):
@@ -53,14 +61,23 @@ class Agreement:
         """This worker's share of the statistic, of ``grad + residual`` as they are now."""
         return self.codec.agreement(grad, residual)
 
+    def settled(self, num_workers):
+        """The codec's parameters derived from ``current`` (threshold, filter set),
+        computed once for both the encode and the decode of a step."""
+        if self._settled is None:
+            self._settled = self.codec.settle(self.current, num_workers)
+        return self._settled
+
     def agreed_by_round(self, summed):
         self.current = self.used = summed
+        self._settled = None
 
     def agreed_by_previous(self, summed_tail):
         """After this step's decode: keep the tail of its aggregate for the next step (a
         copy: the pull buffer is overwritten by the next step)."""
         self.used = self.current
         self.current = summed_tail.copy()
+        self._settled = None
 
     def saved(self):
         """The NDArray to checkpoint, or None if nothing carries over to the next step."""

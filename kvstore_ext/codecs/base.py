@@ -76,10 +76,16 @@ class Codec:
         """Small float32 array each worker contributes; the sum is what all agree on."""
         raise NotImplementedError
 
-    def encode_sum(self, grad, residual, num_workers, agreed=None):
+    def settle(self, agreed, num_workers):
+        """What every worker derives from the agreed sum (``None`` if the codec needs
+        no agreement): the parameters ``encode_sum`` and ``decode_sum`` take. Called
+        once a step (agreement.Agreement.settled)."""
+        return None
+
+    def encode_sum(self, grad, residual, num_workers, settled):
         raise NotImplementedError
 
-    def decode_sum(self, summed, num_workers, agreed=None):
+    def decode_sum(self, summed, num_workers, settled):
         raise NotImplementedError
 
     def describe(self):

@@ -28,11 +28,11 @@ class FP32Codec(Codec):
         """The tensor's own shape: MXNet's pushpull of several devices needs it."""
         return self.shape
 
-    def encode_sum(self, grad, residual, num_workers, agreed=None):
+    def encode_sum(self, grad, residual, num_workers, settled=None):
         """The gradient itself; no residual is at stake, so NaN is not checked (as in
         MXNet's dist_sync)."""
         return grad
 
-    def decode_sum(self, summed, num_workers, agreed=None):
+    def decode_sum(self, summed, num_workers, settled=None):
         return summed.reshape(self.shape)
 

@@ -55,25 +55,24 @@ class HomTernaryCodec(Codec):
         from mxnet import ndarray
         return ndarray.abs(grad + residual).sum().reshape((1,))
 
-    def agreed_threshold(self, num_workers, agreed):
-        """float32 t, computed identically on every worker from the pulled total."""
+    def settle(self, agreed, num_workers):
+        """float32 t, identical on every worker: fixed, or from the agreed total."""
         if self.threshold > 0:
             return float(np.float32(self.threshold))
         total = float(agreed.asscalar())
-        return float(np.float32(self.scale * total / (num_workers * self.size)))
+        t = float(np.float32(self.scale * total / (num_workers * self.size)))
+        # not finite: a worker sent NaN/Inf; t = 0 lets our encoder report ours, if any
+        return t if math.isfinite(t) else 0.0
 
-    def encode_sum(self, grad, residual, num_workers, agreed=None):
-        t = self.agreed_threshold(num_workers, agreed)
-        if not math.isfinite(t):
-            t = 0.0   # a worker sent NaN/Inf; the encoder below reports ours, if any
-        words, status = op('kvx_ternary_encode_sum')(grad, residual, threshold=t,
+    def encode_sum(self, grad, residual, num_workers, settled):
+        words, status = op('kvx_ternary_encode_sum')(grad, residual, threshold=settled,
                                                      num_workers=num_workers)
         check_encoded(status)
         return words
 
-    def decode_sum(self, summed, num_workers, agreed=None):
-        t = self.agreed_threshold(num_workers, agreed)
-        out, status = op('kvx_ternary_decode_sum')(summed, threshold=t, num_workers=num_workers,
+    def decode_sum(self, summed, num_workers, settled):
+        out, status = op('kvx_ternary_decode_sum')(summed, threshold=settled,
+                                                   num_workers=num_workers,
                                                    shape=shape_attr(self.shape))
         check_decoded(status, 'summed ternary payload')
         return out
@@ -105,7 +104,7 @@ class HomTopKCodec(Codec):
     def agreement(self, grad, residual):
         return op('kvx_filter_scores')(grad + residual)
 
-    def agreed_filters(self, agreed):
+    def settle(self, agreed, num_workers):
         """The k filters with the largest summed scores, ties to the lower index."""
         scores = agreed.asnumpy().astype(np.float64)
         scores[~np.isfinite(scores)] = np.inf
@@ -113,14 +112,13 @@ class HomTopKCodec(Codec):
         from mxnet import ndarray
         return ndarray.array(np.sort(order[:self.k]), dtype=np.float32)
 
-    def encode_sum(self, grad, residual, num_workers, agreed=None):
-        values, status = op('kvx_topk_gather')(grad, residual, self.agreed_filters(agreed))
+    def encode_sum(self, grad, residual, num_workers, settled):
+        values, status = op('kvx_topk_gather')(grad, residual, settled)
         check_encoded(status)
         return values
 
-    def decode_sum(self, summed, num_workers, agreed=None):
-        out, status = op('kvx_topk_scatter')(summed, self.agreed_filters(agreed),
-                                             shape=shape_attr(self.shape))
+    def decode_sum(self, summed, num_workers, settled):
+        out, status = op('kvx_topk_scatter')(summed, settled, shape=shape_attr(self.shape))
         check_decoded(status, 'summed filter values')
         return out
 

@@ -6,6 +6,7 @@ over one worker and decoded, so every codec path runs without ps-lite.
 """
 import numpy as np
 
+from ..agreement import settled
 from ..aggregate import decode_sum
 from ..chunking import assemble
 
@@ -46,9 +47,9 @@ class LocalTransport:
                 if agreement is not None and agreement.needs_round():
                     agreement.agreed_by_round(agreement.contribution(g, r))
                     words += agreement.words
-                agreed = agreement.current if agreement is not None else None
-                payload = codec.encode_sum(g, r, 1, agreed)
-                parts.append(codec.decode_sum(payload, 1, agreed))
+                params = settled(codec, agreement, 1)
+                payload = codec.encode_sum(g, r, 1, params)
+                parts.append(codec.decode_sum(payload, 1, params))
                 if agreement is not None and agreement.tail_words:
                     agreement.agreed_by_previous(agreement.contribution(g, r))
                     words += agreement.tail_words

@@ -28,7 +28,7 @@ import sys
 
 import numpy as np
 
-from ..agreement import tail_words
+from ..agreement import settled, tail_words
 from ..chunking import assemble
 from .server import ServerAggregator
 
@@ -62,8 +62,8 @@ class _SumKey:
 
     def payload(self, grad, residual, num_workers, agreement):
         """What this worker pushes: the encoded chunk, then the agreement tail."""
-        agreed = agreement.current if agreement is not None else None
-        words = self.codec.encode_sum(grad, residual, num_workers, agreed)
+        words = self.codec.encode_sum(grad, residual, num_workers,
+                                      settled(self.codec, agreement, num_workers))
         if not self.tail:
             return words
         from mxnet import ndarray
@@ -71,10 +71,10 @@ class _SumKey:
 
     def result(self, num_workers, agreement):
         """The decoded sum; the tail becomes the next step's agreement."""
-        agreed = agreement.current if agreement is not None else None
+        params = settled(self.codec, agreement, num_workers)
         if not self.tail:
-            return self.codec.decode_sum(self.pulled, num_workers, agreed)
-        out = self.codec.decode_sum(self.pulled[:self.words], num_workers, agreed)
+            return self.codec.decode_sum(self.pulled, num_workers, params)
+        out = self.codec.decode_sum(self.pulled[:self.words], num_workers, params)
         agreement.agreed_by_previous(self.pulled[self.words:])
         return out
 
