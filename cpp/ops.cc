@@ -13,6 +13,8 @@
 //   kvx_topk_decode(payload; shape)                    -> out f32[shape], status
 //   kvx_topk_decode_add(payload, acc*)                 -> status
 //   kvx_filter_scores(x)                               -> scores f32[O]
+//   kvx_acc_filter_scores(grad, residual)              -> scores f32[O] of grad + residual
+//   kvx_acc_abs_sum(grad, residual)                    -> sum |grad + residual| f32[1]
 //   kvx_topk_gather(grad, residual*, indices f32[k])   -> values f32[k*F], status
 //   kvx_topk_scatter(values, indices; shape)           -> out f32[shape], status
 //   kvx_ternary_encode(grad, residual*; scale=1, threshold=0)
@@ -766,6 +768,77 @@ MXReturnValue filter_scores_forward(const Attrs&, std::vector<MXTensor>* in,
   });
 }
 
+// Statistics of acc = grad + residual without forming acc (one pass, no temporary): what
+// each worker contributes to the homomorphic agreement (kvstore_ext/agreement.py).
+constexpr const char* kAccFilterScores = "kvx_acc_filter_scores";
+constexpr const char* kAccAbsSum = "kvx_acc_abs_sum";
+
+MXReturnValue acc_stat_parse(const char* op, const Attrs& attrs, int* num_in, int* num_out) {
+  NoParams p;
+  if (!parse_params(op, attrs, &p)) return MX_FAIL;
+  *num_in = 2;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+MXReturnValue acc_stat_type(const char* op, std::vector<int>* in, std::vector<int>* out) {
+  if (!expect_dtype(op, *in, 0, "grad", kFloat32) ||
+      !expect_dtype(op, *in, 1, "residual", kFloat32))
+    return MX_FAIL;
+  (*out)[0] = kFloat32;
+  return MX_SUCCESS;
+}
+
+MXReturnValue acc_stat_shape(const char* op, Shapes* in, Shapes* out, int64_t length) {
+  if (!nonempty(op, (*in)[0], "grad") || !same_shape(op, *in, 0, "grad", 1, "residual"))
+    return MX_FAIL;
+  (*out)[0] = Shape{length};
+  return MX_SUCCESS;
+}
+
+MXReturnValue acc_filter_scores_parse(const Attrs& attrs, int* num_in, int* num_out) {
+  return acc_stat_parse(kAccFilterScores, attrs, num_in, num_out);
+}
+MXReturnValue acc_filter_scores_type(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return acc_stat_type(kAccFilterScores, in, out);
+}
+MXReturnValue acc_filter_scores_shape(const Attrs&, Shapes* in, Shapes* out) {
+  if ((*in)[0].empty()) return acc_stat_shape(kAccFilterScores, in, out, 0);
+  return acc_stat_shape(kAccFilterScores, in, out, (*in)[0][0]);
+}
+MXReturnValue acc_filter_scores_forward(const Attrs&, std::vector<MXTensor>* in,
+                                        std::vector<MXTensor>* out, const OpResource&) {
+  return guarded(kAccFilterScores, [&] {
+    if (!forward_dtypes(kAccFilterScores, *in, {kFloat32, kFloat32})) return MX_FAIL;
+    int64_t filters, filter_size;
+    filters_of((*in)[0].shape, &filters, &filter_size);
+    std::vector<double> scores(static_cast<size_t>(filters));
+    kvx::acc_filter_scores(f32((*in)[0]), f32((*in)[1]), filters, filter_size, scores.data());
+    float* result = f32((*out)[0]);
+    for (int64_t o = 0; o < filters; ++o) result[o] = static_cast<float>(scores[o]);
+    return MX_SUCCESS;
+  });
+}
+
+MXReturnValue acc_abs_sum_parse(const Attrs& attrs, int* num_in, int* num_out) {
+  return acc_stat_parse(kAccAbsSum, attrs, num_in, num_out);
+}
+MXReturnValue acc_abs_sum_type(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+  return acc_stat_type(kAccAbsSum, in, out);
+}
+MXReturnValue acc_abs_sum_shape(const Attrs&, Shapes* in, Shapes* out) {
+  return acc_stat_shape(kAccAbsSum, in, out, 1);
+}
+MXReturnValue acc_abs_sum_forward(const Attrs&, std::vector<MXTensor>* in,
+                                  std::vector<MXTensor>* out, const OpResource&) {
+  return guarded(kAccAbsSum, [&] {
+    if (!forward_dtypes(kAccAbsSum, *in, {kFloat32, kFloat32})) return MX_FAIL;
+    const int64_t n = product((*in)[0].shape);
+    f32((*out)[0])[0] = static_cast<float>(kvx::acc_abs_sum(f32((*in)[0]), f32((*in)[1]), n));
+    return MX_SUCCESS;
+  });
+}
+
 constexpr const char* kTopkGather = "kvx_topk_gather";
 
 MXReturnValue topk_gather_parse(const Attrs& attrs, int* num_in, int* num_out) {
@@ -1221,6 +1294,18 @@ REGISTER_OP(kvx_filter_scores)
     .setInferType(filter_scores_type)
     .setInferShape(filter_scores_shape)
     .setForward(filter_scores_forward, "cpu");
+
+REGISTER_OP(kvx_acc_filter_scores)
+    .setParseAttrs(acc_filter_scores_parse)
+    .setInferType(acc_filter_scores_type)
+    .setInferShape(acc_filter_scores_shape)
+    .setForward(acc_filter_scores_forward, "cpu");
+
+REGISTER_OP(kvx_acc_abs_sum)
+    .setParseAttrs(acc_abs_sum_parse)
+    .setInferType(acc_abs_sum_type)
+    .setInferShape(acc_abs_sum_shape)
+    .setForward(acc_abs_sum_forward, "cpu");
 
 REGISTER_OP(kvx_topk_gather)
     .setParseAttrs(topk_gather_parse)

@@ -176,6 +176,20 @@ def test_filter_scores(ops, kind):
         assert same_bits(got, ref.filter_scores(x).astype(f32))
 
 
+@pytest.mark.parametrize('kind', KINDS)
+def test_acc_statistics(ops, kind):
+    """The agreement statistics of acc = grad + residual, without forming acc: the same
+    bits as the reference applied to acc (float32 sum, then float64 accumulation)."""
+    for shape in TOPK_SHAPES + [(5000,), (3, 1000)]:
+        grad, residual = grad_residual(shape, kind, 80)
+        acc = grad + residual
+        got = ops.kvx_acc_abs_sum(nd(grad), nd(residual)).asnumpy()
+        assert same_bits(got, np.array([np.abs(acc.astype(np.float64)).sum()], f32)), shape
+        if len(shape) > 1:
+            got = ops.kvx_acc_filter_scores(nd(grad), nd(residual)).asnumpy()
+            assert same_bits(got, ref.filter_scores(acc).astype(f32)), shape
+
+
 @pytest.mark.parametrize('shape', [(1, 1), (10, 3), (16, 8, 3, 3), (64, 3, 5, 5)])
 @pytest.mark.parametrize('kind', ['randn', 'zeros', 'mixed'])
 def test_topk_gather_scatter(ops, shape, kind):
@@ -623,6 +637,10 @@ def test_invalid_attrs_and_dtypes(ops):
     _raises(lambda: ops.kvx_ternary_decode_sum(nd(np.zeros(2)), threshold=0.5,   # float64
                                                num_workers=2, shape=(12,)))
     _raises(lambda: ops.kvx_twobit_encode(g, r, threshold=0.0))
+    for stat in (ops.kvx_acc_abs_sum, ops.kvx_acc_filter_scores):
+        _raises(lambda: stat(g, nd(np.zeros((3, 4), f32))))
+        _raises(lambda: stat(g.astype('float64'), r))
+        _raises(lambda: stat(g, r, k=1))
     _raises(lambda: ops.kvx_twobit_decode(nd(np.zeros(2, f32)), threshold=0.5, shape=(12,)))
     _raises(lambda: ops.kvx_topk_decode(nd(np.zeros(8, f32)), shape='(0, 3)'))
     _raises(lambda: ops.kvx_topk_decode(nd(np.zeros(8, f32)), shape='(4, x)'))

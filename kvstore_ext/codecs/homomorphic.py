@@ -52,8 +52,7 @@ class HomTernaryCodec(Codec):
         return -(-self.size // digits_per_float32(2 * num_workers + 1))
 
     def agreement(self, grad, residual):
-        from mxnet import ndarray
-        return ndarray.abs(grad + residual).sum().reshape((1,))
+        return op('kvx_acc_abs_sum')(grad, residual)
 
     def settle(self, agreed, num_workers):
         """float32 t, identical on every worker: fixed, or from the agreed total."""
@@ -102,7 +101,7 @@ class HomTopKCodec(Codec):
         return self.k * self.filter_size
 
     def agreement(self, grad, residual):
-        return op('kvx_filter_scores')(grad + residual)
+        return op('kvx_acc_filter_scores')(grad, residual)
 
     def settle(self, agreed, num_workers):
         """The k filters with the largest summed scores, ties to the lower index."""
