@@ -28,7 +28,6 @@ import os
 import platform
 import resource
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -359,8 +358,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    previous = {s: signal.signal(s, cluster._raise_interrupted)
-                for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = cluster.catch_stop_signals()
     runs, interrupted = [], None
     args.work_dir = tempfile.mkdtemp(prefix='kvx-accuracy-')
     net = None if args.loopback else netns.Cluster(args.workers, args.servers, args.prefix,
@@ -385,16 +383,11 @@ def main(argv=None):
         runs.append({'scheme': '-', 'kvstore': '-', 'seed': None,
                      'error': 'FAILED: harness error (traceback above)'})
     finally:
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(s, signal.SIG_IGN)
-        try:
+        def cleanup():
             if net is not None:
                 net.destroy()
             shutil.rmtree(args.work_dir, ignore_errors=True)
-        finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        cluster.clean_up_uninterrupted(previous, cleanup)
     done = [r for r in runs if r.get('scheme') != '-']
     summary = summarize_runs(done, args.target)
     where = ('loopback' if args.loopback else '%s links' % args.rate)

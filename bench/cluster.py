@@ -179,6 +179,25 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
+def catch_stop_signals():
+    """SIGTERM/SIGHUP raise Interrupted (like Ctrl-C), so a harness cleans up; returns
+    the handlers to give to ``clean_up_uninterrupted``."""
+    return {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def clean_up_uninterrupted(previous, cleanup):
+    """Run ``cleanup`` with stop signals ignored (a second Ctrl-C must not leave
+    namespaces or processes behind), then restore the handlers."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        cleanup()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def plugin_kvstores(python):
     """kvstore types kvstore_ext registers in ``python`` (set), or the import error."""
     code = 'import kvstore_ext; print(" ".join(kvstore_ext.kvstore_types()))'
@@ -353,7 +372,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = catch_stop_signals()
     rows, interrupted = [], None
     args.work_dir = tempfile.mkdtemp(prefix='kvx-cluster-')
     cluster = netns.Cluster(args.workers, args.servers, args.prefix, args.subnet)
@@ -372,15 +391,10 @@ def main(argv=None):
         rows.append({'rate': '-', 'model': '-', 'scheme': '-',
                      'error': 'FAILED: harness error (traceback above)'})
     finally:
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # let cleanup finish
-            signal.signal(s, signal.SIG_IGN)
-        try:
+        def cleanup():
             cluster.destroy()
             shutil.rmtree(args.work_dir, ignore_errors=True)
-        finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        clean_up_uninterrupted(previous, cleanup)
     print(format_table(rows))
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

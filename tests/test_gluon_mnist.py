@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       'gluon_scripts', 'train_mnist.py')
