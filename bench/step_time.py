@@ -34,8 +34,9 @@ def worker(args):
     from wire_bytes import model_shapes
     shapes = list(model_shapes(args.model).values())
     kv = mx.kv.create(args.kvstore)
-    kv.set_gradient_compression(json.loads(args.compression_params)) \
-        if args.compression_params != '{}' else None
+    params = json.loads(args.compression_params)
+    if params:
+        kv.set_gradient_compression(params)
     rng = np.random.default_rng(kv.rank)
     grads = [mx.nd.array(rng.standard_normal(s).astype(np.float32) * 1e-2) for s in shapes]
     outs = [mx.nd.zeros(s) for s in shapes]

@@ -19,9 +19,6 @@ The agreed statistic is training state in ``'previous'`` mode: ``save_compressio
 saves it with the residuals, so a resumed run encodes exactly as an uninterrupted one.
 """
 
-MODES = ('round', 'previous')
-
-
 def tail_words(codec):
     """Words a chunk's payload carries for the next step's agreement."""
     return codec.agreement_words if codec.agreement_mode == 'previous' else 0
@@ -37,11 +34,10 @@ def settled(codec, agreement, num_workers):
 class Agreement:
     """The agreed statistic of one additive chunk (``codec.agreement_words`` floats)."""
 
-    def __init__(self, codec, mode, restored=None):
-        if mode not in MODES:
-            raise ValueError('agreement mode must be one of %s, got %r' % (MODES, mode))
-        self.codec, self.mode = codec, mode
-        self.current = restored if mode == 'previous' else None   # for the next encode
+    def __init__(self, codec, restored=None):
+        self.codec = codec
+        self.mode = codec.agreement_mode        # 'round' or 'previous' (Hylo validates it)
+        self.current = restored if self.mode == 'previous' else None   # for the next encode
         self.used = None        # what the last encode used (for inspection and tests)
         self._settled = None    # codec.settle(current): derived once a step
 

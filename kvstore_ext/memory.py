@@ -53,7 +53,7 @@ class ResidualMemory:
         if restored is not None and restored.shape != (codec.agreement_words,):
             raise ValueError('restored agreement of key %r chunk %d has shape %s, expected '
                              '(%d,)' % (key, index, restored.shape, codec.agreement_words))
-        agreement = Agreement(codec, codec.agreement_mode, restored)
+        agreement = Agreement(codec, restored)
         self._agreements[(key, index)] = agreement
         return agreement
 

@@ -57,9 +57,6 @@ class _SumKey:
             self.round_sum = ndarray.zeros((codec.agreement_words,), dtype=np.float32)
             kv.init(agreement_key, self.round_sum)
 
-    def bytes_per_step(self):
-        return self.step_bytes
-
     def payload(self, grad, residual, num_workers, agreement):
         """What this worker pushes: the encoded chunk, then the agreement tail."""
         words = self.codec.encode_sum(grad, residual, num_workers,
@@ -230,8 +227,8 @@ class PSTransport:
             if isinstance(w, _SumKey):
                 self._kv.push(w.key, w.payload(g, r, self.num_workers, a))
                 self._kv.pull(w.key, out=w.pulled)
-                pushed += w.bytes_per_step()
-                pulled += w.bytes_per_step()
+                pushed += w.step_bytes
+                pulled += w.step_bytes
             else:
                 w.push_pull(self._kv, w.codec.encode(g, r))
                 pushed += w.bytes_pushed()
