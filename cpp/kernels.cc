@@ -455,12 +455,13 @@ constexpr int kLanes = 16;                  // > kMaxDigits: a word's sum is one
 // Codes, residual and contributions of one block of m elements.  `enabled` is 0 when
 // t <= 0 (no element is sent then, as in the spec), else all ones.
 KVX_INLINE void ternary_block(const float* grad, float* residual, int64_t m, float t,
-                              int32_t enabled, const int32_t* power, int32_t* contrib) {
+                              float v, int32_t enabled, const int32_t* power,
+                              int32_t* contrib) {
   for (int64_t i = 0; i < m; ++i) {
     const float a = grad[i] + residual[i];
     const int32_t pos = static_cast<int32_t>(a >= t) & enabled;
     const int32_t neg = static_cast<int32_t>(a <= -t) & enabled;
-    residual[i] = a - static_cast<float>(pos - neg) * t;
+    residual[i] = a - static_cast<float>(pos - neg) * v;
     const int32_t p = power[i];
     contrib[i] = p + (p & -pos) - (p & -neg);
   }
@@ -471,7 +472,7 @@ KVX_INLINE void ternary_block(const float* grad, float* residual, int64_t m, flo
 // block loops compile to straight vector code.
 template <int kDigits>
 KVX_HOT static void ternary_pack(const float* grad, float* residual, int64_t n, float t,
-                                 int32_t base, float* words) {
+                                 float v, int32_t base, float* words) {
   static_assert(kDigits >= 1 && kDigits <= kMaxDigits, "digits per word");
   constexpr int64_t block = static_cast<int64_t>(kBlockWords) * kDigits;
   int32_t power[block];
@@ -486,7 +487,7 @@ KVX_HOT static void ternary_pack(const float* grad, float* residual, int64_t n, 
     const int64_t e0 = w0 * kDigits;
     const int64_t m = std::min(block, n - e0);
     const int64_t words_here = ceil_div(m, kDigits);
-    ternary_block(grad + e0, residual + e0, m, t, enabled, power, contrib);
+    ternary_block(grad + e0, residual + e0, m, t, v, enabled, power, contrib);
     for (int64_t i = m; i < words_here * kDigits; ++i) contrib[i] = 0;  // padding digits: 0
     for (int64_t l = 0; l < words_here; ++l) {
       const int32_t* c = contrib + l * kDigits;
@@ -498,10 +499,10 @@ KVX_HOT static void ternary_pack(const float* grad, float* residual, int64_t n, 
 }
 
 static void ternary_pack_any(const float* grad, float* residual, int64_t n, float t,
-                             int32_t base, int digits, float* words) {
+                             float v, int32_t base, int digits, float* words) {
   switch (digits) {
 #define KVX_PACK_CASE(D) \
-    case D: ternary_pack<D>(grad, residual, n, t, base, words); break;
+    case D: ternary_pack<D>(grad, residual, n, t, v, base, words); break;
     KVX_PACK_CASE(1) KVX_PACK_CASE(2) KVX_PACK_CASE(3) KVX_PACK_CASE(4) KVX_PACK_CASE(5)
     KVX_PACK_CASE(6) KVX_PACK_CASE(7) KVX_PACK_CASE(8) KVX_PACK_CASE(9) KVX_PACK_CASE(10)
     KVX_PACK_CASE(11) KVX_PACK_CASE(12) KVX_PACK_CASE(13) KVX_PACK_CASE(14) KVX_PACK_CASE(15)
@@ -574,8 +575,23 @@ KVX_HOT static void base3_decode_add(const Base3Table& table, const float* words
 
 // ---- ternary (Hylo FC) ------------------------------------------------------------------
 
+// Mean |acc| of the values a threshold t selects (|acc| >= t); t itself if none is.
+// Float64 sum, rounded to float32 (as adaptive_threshold).
+KVX_HOT float acc_mean_above(const float* grad, const float* residual, int64_t n, float t) {
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(grad[i] + residual[i]);
+    if (a >= t) {
+      sum += a;
+      ++count;
+    }
+  }
+  return count ? static_cast<float>(sum / static_cast<double>(count)) : t;
+}
+
 int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
-                   double threshold, float* payload) {
+                   double threshold, float* payload, bool mean_value) {
   if (n < 0) return kBadParam;
   const int64_t body = ceil_div(n, kTernaryDigits);
   if (!std::isfinite(scale) || scale < 0.0 || !threshold_valid(threshold)) {
@@ -605,8 +621,11 @@ int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
       return kNonFinite;
     }
   }
-  write_header(payload, kCodecTernary, n, t, static_cast<float>(kTernaryBase), body);
-  ternary_pack<kTernaryDigits>(grad, residual, n, t, static_cast<int32_t>(kTernaryBase),
+  // the value a code stands for: t, or (mean_value) the least-squares value of the
+  // selected set, mean |acc| over |acc| >= t; decoders read it from the header
+  const float v = (mean_value && t > 0.0f) ? acc_mean_above(grad, residual, n, t) : t;
+  write_header(payload, kCodecTernary, n, v, static_cast<float>(kTernaryBase), body);
+  ternary_pack<kTernaryDigits>(grad, residual, n, t, v, static_cast<int32_t>(kTernaryBase),
                                payload + kHeaderWords);
   return kOk;
 }
@@ -650,13 +669,13 @@ int ternary_decode_add(const float* payload, int64_t payload_words, int64_t n, f
 // ---- homomorphic ternary ----------------------------------------------------------------
 
 int ternary_encode_sum(const float* grad, float* residual, int64_t n, double threshold,
-                       int64_t num_workers, float* words) {
+                       int64_t num_workers, float* words, double value) {
   if (n < 0 || num_workers < 1 || num_workers > kMaxWorkers)
     return kBadParam;  // the word count is unknown: nothing to zero
   const int64_t base = sum_base(num_workers);
   const int d = digits_per_word(base, kMantissaF32);
   const int64_t num_words = ceil_div(n, d);
-  if (!threshold_valid(threshold)) {
+  if (!threshold_valid(threshold) || !(value == 0.0 || threshold_valid(value))) {
     zero(words, num_words);
     return kBadParam;
   }
@@ -664,7 +683,9 @@ int ternary_encode_sum(const float* grad, float* residual, int64_t n, double thr
     zero(words, num_words);
     return kNonFinite;
   }
-  ternary_pack_any(grad, residual, n, static_cast<float>(threshold), static_cast<int32_t>(base),
+  const float v = static_cast<float>(value > 0.0 ? value : threshold);
+  ternary_pack_any(grad, residual, n, static_cast<float>(threshold), v,
+                   static_cast<int32_t>(base),
                    d, words);
   return kOk;
 }

@@ -129,8 +129,12 @@ int topk_scatter(const float* values, const float* indices, int64_t k, int64_t f
 // t = float32(threshold) if threshold > 0, else adaptive_threshold(.., scale); an
 // adaptive t that overflows float32 is kNonFinite (residual untouched), a fixed one that
 // does is kBadParam.  payload: ternary_payload_words(n) words.
+// mean_value (issue 9): a nonzero code stands for the mean |acc| of the selected values
+// (|acc| >= t), the least-squares value of the selected set, instead of t; the header
+// carries that value, so decoders are unchanged.
 int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
-                   double threshold, float* payload);
+                   double threshold, float* payload, bool mean_value = false);
+float acc_mean_above(const float* grad, const float* residual, int64_t n, float t);
 int ternary_decode(const float* payload, int64_t payload_words, int64_t n, float* out);
 int ternary_decode_add(const float* payload, int64_t payload_words, int64_t n, float* acc);
 
@@ -138,8 +142,10 @@ int ternary_decode_add(const float* payload, int64_t payload_words, int64_t n, f
 // float32 words, D digits a word with b^D <= 2^24, no header.  Float32 because MXNet's
 // dist server sums float64 pushes in float32; the sum of n workers' words, in any order,
 // stays an integer below b^D, exact in float32.  words: ternary_sum_words(n, num_workers).
+// value > 0 (issue 9): selection by |acc| >= threshold, but a code stands for value
+// (the residual keeps acc - code * value; decode the sum with threshold = value).
 int ternary_encode_sum(const float* grad, float* residual, int64_t n, double threshold,
-                       int64_t num_workers, float* words);
+                       int64_t num_workers, float* words, double value = 0.0);
 // Decodes the element-wise sum of num_workers payloads: out = (sum of codes) * t.
 // kBadParam if num_words or a parameter is wrong, kBadWord if a word is not an integer
 // in [0, b^D); out is zeroed then.

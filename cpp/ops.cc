@@ -310,11 +310,12 @@ struct TopkParams {
 };
 
 struct TernaryParams {
-  double scale = 1.0, threshold = 0.0;
+  double scale = 1.0, threshold = 0.0, mean_value = 0.0;
   bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"scale", "threshold"}, error) &&
+    return check_keys(attrs, {"scale", "threshold", "mean_value"}, error) &&
            get_real(attrs, "scale", 0.0, false, false, 1.0, &scale, error) &&
-           get_real(attrs, "threshold", 0.0, false, false, 0.0, &threshold, error);
+           get_real(attrs, "threshold", 0.0, false, false, 0.0, &threshold, error) &&
+           get_real(attrs, "mean_value", 0.0, false, false, 0.0, &mean_value, error);
   }
 };
 
@@ -329,8 +330,11 @@ struct SumParams {
 };
 
 struct SumEncodeParams : SumParams {
+  double value = 0.0;     // > 0: what a code stands for (selection stays by threshold)
   bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"threshold", "num_workers"}, error) && parse_common(attrs, error);
+    return check_keys(attrs, {"threshold", "num_workers", "value"}, error) &&
+           parse_common(attrs, error) &&
+           get_real(attrs, "value", 0.0, false, false, 0.0, &value, error);
   }
 };
 
@@ -977,7 +981,8 @@ MXReturnValue ternary_encode_forward(const Attrs& attrs, std::vector<MXTensor>* 
       return MX_FAIL;
     MXTensor& grad = (*in)[0];
     set_status((*out)[1], kvx::ternary_encode(f32(grad), f32((*in)[1]), grad.size(), p.scale,
-                                              p.threshold, f32((*out)[0])));
+                                              p.threshold, f32((*out)[0]),
+                                              p.mean_value != 0.0));
     return MX_SUCCESS;
   });
 }
@@ -1053,7 +1058,8 @@ MXReturnValue sum_encode_forward(const Attrs& attrs, std::vector<MXTensor>* in,
       return MX_FAIL;
     MXTensor& grad = (*in)[0];
     set_status((*out)[1], kvx::ternary_encode_sum(f32(grad), f32((*in)[1]), grad.size(),
-                                                  p.threshold, p.num_workers, f32((*out)[0])));
+                                                  p.threshold, p.num_workers, f32((*out)[0]),
+                                                  p.value));
     return MX_SUCCESS;
   });
 }

@@ -29,3 +29,67 @@ def decode_sum(payloads, shape):
     for row, payload in enumerate(payloads):
         slots[row, :payload.size] = payload
     return decode_slots(slots, int(np.prod(shape))).reshape(shape)
+
+
+# -- compressed replies: the server re-encodes the sum (two-way compression) --------
+#
+# A Gather round may ask the servers to reply with the sum re-encoded by the workers'
+# codec instead of float32 (``Gather.reply``), so that the pull shrinks like the push
+# and does not grow with the number of workers. The server keeps the re-encoding's
+# error in a residual of its own (error feedback on the server, as DoubleSqueeze
+# does), so what one reply leaves out goes with the next.
+#
+# The request travels as a reply row of float32 words that the key carries with it:
+# [REPLY_MAGIC, codec id, n % 2**24, n // 2**24, a, b, c] (the codec's parameters:
+# top-k: k, filter size, 0; ternary: scale, fixed threshold, 1 if the value sent is the
+# mean of the selected). Codec id 1 (float32) is the plain reply: the float32 sum.
+
+REPLY_MAGIC = 7341.0
+REPLY_WORDS = 7
+FLOAT32_REPLY = (1, 0, 0.0, 0.0, 0.0)
+
+
+def reply_row(codec_id, n, a, b, c):
+    """The reply request as float32 words (every one exact)."""
+    return [REPLY_MAGIC, float(codec_id), float(n % (1 << 24)), float(n >> 24),
+            float(a), float(b), float(c)]
+
+
+def parse_reply_row(words):
+    """(codec id, n, a, b, c) of a reply row; PayloadError if it is not one."""
+    if len(words) < REPLY_WORDS or words[0] != REPLY_MAGIC or words[1] not in _REENCODE:
+        raise PayloadError('not a reply request: %s' % list(words[:REPLY_WORDS]))
+    return (int(words[1]), int(words[2]) + (int(words[3]) << 24), float(words[4]),
+            float(words[5]), float(words[6]))
+
+
+def _topk_reply(total, residual, k, filter_size, _):
+    from .codecs.base import check_encoded
+    payload, status = op('kvx_topk_encode')(total.reshape((-1, int(filter_size))),
+                                            residual.reshape((-1, int(filter_size))),
+                                            k=int(k))
+    check_encoded(status, 'aggregate')
+    return payload
+
+
+def _ternary_reply(total, residual, scale, threshold, mean_value):
+    from .codecs.base import check_encoded
+    payload, status = op('kvx_ternary_encode')(total, residual, scale=scale,
+                                               threshold=threshold,
+                                               mean_value=int(mean_value))
+    check_encoded(status, 'aggregate')
+    return payload
+
+
+_REENCODE = {1: None, 2: _topk_reply, 3: _ternary_reply}
+
+
+def reencode(total, residual, request):
+    """The reply payload of the float32 ``total`` (its first n elements) for a reply
+    request (codec id, n, a, b, c); ``residual`` (n floats) is updated in place. None
+    for the float32 reply."""
+    codec_id, n, a, b, c = request
+    encode = _REENCODE[codec_id]
+    if encode is None:
+        return None
+    return encode(total.reshape((-1,))[:n], residual, a, b, c)

@@ -39,12 +39,14 @@ def split(codec, max_elements):
             for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def assemble(chunks, parts, shape):
-    """The whole tensor from its chunks' float32 results."""
+def assemble(chunks, parts, shape, out=None):
+    """The whole tensor from its chunks' float32 results, written into ``out`` (a
+    float32 array of ``shape``) when a tensor of several chunks has one: no copy of
+    the whole afterwards."""
     if len(chunks) == 1:
         return parts[0].reshape(shape)
     from mxnet import ndarray
-    whole = ndarray.empty(shape, dtype='float32')
+    whole = out if out is not None else ndarray.empty(shape, dtype='float32')
     for chunk, part in zip(chunks, parts):
         view = chunk.view(whole)
         view[:] = part.reshape(view.shape)

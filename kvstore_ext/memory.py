@@ -1,12 +1,22 @@
-"""Error-feedback memory: one float32 residual per kvstore key, on this worker.
+"""Per-key state of this worker: the error-feedback residual and whatever else a
+key's codecs keep from one step to the next (an agreed statistic, warm-start factors,
+momentum, ...), saved and restored with checkpoints, whatever the codec.
 
 Keyed by the kvstore key, never by call order (GRACE and PyTorch both had bugs from
-order-keyed state). Residuals are training state: ``save``/``load`` round-trip them
-exactly, so a resumed compressed run continues as if it had not stopped. So are the
-agreements carried from one step to the next (agreement.py), kept here too, by key
-and chunk.
+order-keyed state). A key has one residual (the tensor's shape; each chunk works on a
+view of it) and, per chunk, the named arrays its codec declares
+(``Codec.state_shapes``). When a scheme re-plans a key, the residual stays (it is the
+tensor's), and a chunk keeps an array only if its new codec is of the same kind and
+declares the same name with the same shape (a re-plan that changes ``k`` keeps the
+agreed filter scores; one that changes the codec starts afresh).
+
+File names: ``<name>@<key>``, with ``name`` ``residual`` or ``<chunk>.<array>`` and
+``key`` spelled by ``file_key`` (``i:3``, ``s:fc1_weight``); state names hold no ``@``,
+so a key may hold anything.
 """
 import numpy as np
+
+RESIDUAL = 'residual'
 
 
 def file_key(key):
@@ -20,62 +30,84 @@ def parse_file_key(name):
     return int(rest) if kind == 'i' else rest
 
 
-_AGREED = 'agreed/'
+class ChunkState:
+    """What one chunk's codec sees of the key's state during a step.
+
+    ``residual``: the chunk's view of the key's residual (None if its codec keeps
+    none); ``get(name)`` / ``state[name] = array``: the arrays the codec declared, saved
+    with checkpoints; ``last``: what the last step used, for inspection and tests (not
+    saved)."""
+
+    def __init__(self, residual, arrays, prefix):
+        self.residual = residual
+        self._arrays, self._prefix = arrays, prefix
+        self.last = {}
+
+    def get(self, name):
+        return self._arrays.get(self._prefix + name)
+
+    def __setitem__(self, name, value):
+        self._arrays[self._prefix + name] = value
 
 
-class ResidualMemory:
+class StateMemory:
+    """Every key's state arrays: {key: {state name: NDArray}}."""
+
     def __init__(self):
-        self._residuals = {}
-        self._restored = {}
-        self._agreements = {}          # (key, chunk index) -> agreement.Agreement
-        self._restored_agreed = {}     # (key, chunk index) -> NDArray
+        self._arrays = {}
 
-    def get(self, key, shape):
-        """The residual of ``key`` (zeros at first, or what ``load`` restored)."""
-        res = self._residuals.get(key)
+    def residual(self, key, shape):
+        """The residual of ``key`` (zeros at first, or what ``restore`` brought)."""
+        arrays = self._arrays.setdefault(key, {})
+        res = arrays.get(RESIDUAL)
         if res is None:
             from mxnet import ndarray
-            restored = self._restored.pop(key, None)
-            if restored is not None and restored.shape != tuple(shape):
-                raise ValueError('restored residual of key %r has shape %s, the tensor %s'
-                                 % (key, restored.shape, tuple(shape)))
-            res = restored if restored is not None else ndarray.zeros(shape, dtype=np.float32)
-            self._residuals[key] = res
+            res = arrays[RESIDUAL] = ndarray.zeros(shape, dtype=np.float32)
+        elif res.shape != tuple(shape):
+            raise ValueError('restored residual of key %r has shape %s, the tensor %s'
+                             % (key, res.shape, tuple(shape)))
         return res
 
-    def keys(self):
-        return list(self._residuals)
+    def take_residual(self, key):
+        """Remove and return the key's residual (None if it has none)."""
+        return self._arrays.get(key, {}).pop(RESIDUAL, None)
 
-    def agreement(self, key, index, codec):
-        """The agreement of chunk ``index`` of ``key`` (with what ``load`` restored)."""
-        from .agreement import Agreement
-        restored = self._restored_agreed.pop((key, index), None)
-        if restored is not None and restored.shape != (codec.agreement_words,):
-            raise ValueError('restored agreement of key %r chunk %d has shape %s, expected '
-                             '(%d,)' % (key, index, restored.shape, codec.agreement_words))
-        agreement = Agreement(codec, restored)
-        self._agreements[(key, index)] = agreement
-        return agreement
+    def chunk_states(self, key, chunks, residual, keep=True, restored=False):
+        """One ChunkState per chunk. Arrays the chunks' codecs do not declare with the
+        same shape are dropped (a re-plan; all of them unless ``keep``), or, right after
+        a restore, rejected."""
+        arrays = self._arrays.setdefault(key, {})
+        if not keep:
+            for name in [n for n in arrays if n != RESIDUAL]:
+                del arrays[name]
+        declared = {'%d.%s' % (i, name): tuple(shape) for i, c in enumerate(chunks)
+                    for name, shape in c.codec.state_shapes().items()}
+        for name in [n for n in arrays if n != RESIDUAL]:
+            if declared.get(name) != arrays[name].shape:
+                if restored:
+                    raise ValueError('restored state %r of key %r (shape %s) does not fit '
+                                     'its codec (%s)' % (name, key, arrays[name].shape,
+                                                         declared.get(name, 'not kept')))
+                del arrays[name]
+        return [ChunkState(c.view(residual) if residual is not None else None, arrays,
+                           '%d.' % i) for i, c in enumerate(chunks)]
 
     def state(self):
-        """{name: NDArray} of every residual and carried agreement, including restored
-        ones not yet used."""
-        out = {file_key(k): v for k, v in self._restored.items()}
-        out.update({file_key(k): v for k, v in self._residuals.items()})
-        agreed = dict(self._restored_agreed)
-        agreed.update({ki: a.saved() for ki, a in self._agreements.items()})
-        out.update({'%s%s/%d' % (_AGREED, file_key(k), i): v
-                    for (k, i), v in agreed.items() if v is not None})
-        return out
+        """{file name: NDArray} of every key's state (restored keys not yet used too)."""
+        return {'%s@%s' % (name, file_key(key)): array
+                for key, arrays in self._arrays.items() for name, array in arrays.items()}
 
     def restore(self, arrays):
-        """Take what ``state()`` gave; each part is used when its key first appears."""
-        self._residuals.clear()
-        self._agreements.clear()
-        self._restored, self._restored_agreed = {}, {}
-        for name, arr in arrays.items():
-            if name.startswith(_AGREED):
-                key, _, index = name[len(_AGREED):].rpartition('/')
-                self._restored_agreed[(parse_file_key(key), int(index))] = arr
+        """Take what ``state()`` gave, replacing all state; each key's part is checked
+        when the key is planned. Files of version 0.1 (``<key>`` residuals and
+        ``agreed/<key>/<chunk>``) are read too."""
+        self._arrays = {}
+        for name, array in arrays.items():
+            if '@' in name:
+                state_name, _, key = name.partition('@')
+            elif name.startswith('agreed/'):
+                key, _, chunk = name[len('agreed/'):].rpartition('/')
+                state_name = '%s.agreed' % chunk
             else:
-                self._restored[parse_file_key(name)] = arr
+                state_name, key = RESIDUAL, name
+            self._arrays.setdefault(parse_file_key(key), {})[state_name] = array

@@ -17,6 +17,10 @@ class CommStats:
         self.pull_bytes += int(pulled)
         self._pushes[key] = self._pushes.get(key, 0) + 1
 
+    def pushes(self, key):
+        """Steps ``key`` has taken so far (restored with the counters)."""
+        return self._pushes.get(key, 0)
+
     def as_dict(self):
         return {'raw_bytes': self.raw_bytes, 'push_bytes': self.push_bytes,
                 'pull_bytes': self.pull_bytes,

@@ -3,11 +3,12 @@
 One ``pushpull`` for one key:
 
 1. sum the worker's devices (on CPU, where the kernels run);
-2. the scheme's policy picks the tensor's codec (once per key);
-3. the codec encodes ``grad + residual`` (C++ op; the residual is updated in place),
-   with the agreement among workers first if the codec is additive (agreement.py);
-4. the transport exchanges payloads and returns the float32 sum over workers;
-5. the sum is written to every device's output.
+2. the scheme's policy picks the tensor's codec (at the first step, and again when
+   the scheme re-plans: ``Scheme.replans_at``), and the tensor is cut into chunks;
+3. each chunk's codec runs its step (``Codec.step``): it encodes ``grad + residual``
+   (C++ op; the residual is updated in place) and yields rounds (rounds.py), which
+   the transport exchanges, the chunks of a tensor in lockstep;
+4. the steps' float32 sums are assembled and written to every device's output.
 
 A float32 tensor the scheme leaves uncompressed takes MXNet's own pushpull instead,
 chunk by chunk on views of the arrays (no payload to build, no copy), so such tensors
@@ -25,22 +26,26 @@ from mxnet import ndarray
 from mxnet.context import cpu
 
 from . import chunking
-from .codecs import FP32Codec
-from .memory import ResidualMemory
+from .errors import NonFiniteGradientError
+from .memory import StateMemory
+from .ops import op
+from .rounds import drive
 from .stats import CommStats
 
 _FLOAT_TYPES = (np.float16, np.float32, np.float64)
 
 
-class _KeyState:
-    """What the store knows about one key: shape, dtype, codec, chunks and residual."""
+class _Key:
+    """What the store knows about one key: shape, dtype, its plan (codec, chunks, the
+    chunks' state) and the arrays it last checked."""
 
     def __init__(self, key, shape, dtype):
         self.key, self.shape, self.dtype = key, shape, dtype
         self.raw_bytes = 4 * int(np.prod(shape))     # float32 equivalent
         self.codec = self.chunks = self.residual = None
-        self.agreements = None      # per chunk: agreement.Agreement or None
+        self.chunk_states = ()
         self.plain = False
+        self.flush = None           # a residual a re-plan left over: sent with the next step
         self.checked = ((), ())     # the arrays of the last pushpull, already checked
 
     def already_checked(self, values, outs):
@@ -78,7 +83,8 @@ class CompressedKVStore(KVStoreBase):
         self._scheme = self.scheme_class()
         self._transport = create_transport(self)
         self._keys = {}
-        self._memory = ResidualMemory()
+        self._memory = StateMemory()
+        self._restored = False      # state came from a file: check it when keys are planned
         self._stats = CommStats()
 
     # -- identity -------------------------------------------------------------------
@@ -115,7 +121,6 @@ class CompressedKVStore(KVStoreBase):
             raise RuntimeError('set_gradient_compression must be called before the first '
                                'pushpull: codecs and residuals already exist')
         self._scheme = self.scheme_class(**(compression_params or {}))
-        self._transport.configure(self._scheme)
 
     def set_optimizer(self, optimizer):
         raise NotImplementedError(
@@ -163,41 +168,94 @@ class CompressedKVStore(KVStoreBase):
             for o in outs:
                 self._check_out(key, o)
             state.checked = (tuple(values), tuple(outs))
-        if state.codec is None:
-            self._plan(state)
+        step = self._stats.pushes(key)
+        if state.codec is None or (step and self._scheme.replans_at(step)):
+            self._plan(state, step)
         if state.plain:
+            if state.flush is not None:
+                self._flush_into(state, values[0])
             pushed, pulled = self._transport.pushpull_plain(key, state.chunks, values, outs)
             self._stats.record(key, state.raw_bytes, pushed, pulled)
             return
         grad = self._sum_devices(values)
         if state.dtype != np.float32:
             grad = grad.astype(np.float32)
-        summed, pushed, pulled = self._transport.pushpull(key, state.chunks, grad,
-                                                          state.residual, state.agreements)
+        if state.flush is not None:
+            grad = grad + state.flush.as_in_context(grad.context)
+            state.flush = None
+        if len(state.chunks) > 1 and state.residual is not None:
+            self._check_finite(key, grad)
+        target = outs[0] if outs[0].dtype == np.float32 and outs[0].context == cpu() else None
+        summed, pushed, pulled = self._exchange_step(state, grad, target)
         self._stats.record(key, state.raw_bytes, pushed, pulled)
         if state.dtype != np.float32:
             summed = summed.astype(state.dtype)
         for o in outs:
             _copy(summed, o)
 
-    def _plan(self, state):
-        """Codec, chunks and residual of a key, once, at its first pushpull."""
-        state.codec = self._scheme.codec_for(state.shape, state.dtype)
-        state.chunks = chunking.split(state.codec, self._scheme.params['chunk_size'])
+    def _exchange_step(self, state, grad, target=None):
+        """Run the chunks' steps (their rounds through the transport): (the float32
+        sum over workers, written into ``target`` if given, bytes pushed, bytes
+        pulled)."""
+        traffic = [0, 0]
+
+        def exchange(requests):
+            results, pushed, pulled = self._transport.exchange(state.key, requests)
+            traffic[0] += pushed
+            traffic[1] += pulled
+            return results
+
+        steps = [c.codec.step(c.view(grad), cs, self.num_workers)
+                 for c, cs in zip(state.chunks, state.chunk_states)]
+        parts = drive(steps, exchange)
+        summed = chunking.assemble(state.chunks, parts, grad.shape, target)
+        return summed, traffic[0], traffic[1]
+
+    def _plan(self, state, step):
+        """Codec, chunks and chunk states of a key: at its first pushpull, and again
+        when the scheme re-plans (a codec that encodes the same is kept)."""
+        codec = self._scheme.codec_for(state.shape, state.dtype, step=step)
+        previous = state.codec
+        if previous is not None and codec.same_as(previous):
+            return
+        state.codec = codec
+        state.chunks = chunking.split(codec, self._scheme.params['chunk_size'])
         # plain: a float32 tensor sent as it is: no payload to build, so each chunk
         # takes MXNet's own pushpull on a view of the arrays (no copies; MXNet sums
         # the devices): the plugin then costs what dist_sync costs
-        state.plain = isinstance(state.codec, FP32Codec) and state.dtype == np.float32
-        if state.codec.uses_residual:
-            state.residual = self._memory.get(state.key, state.shape)
-        state.agreements = [self._memory.agreement(state.key, i, c.codec)
-                            if c.codec.agreement_words else None
-                            for i, c in enumerate(state.chunks)]
-        self._transport.declare(state.key, state.chunks)
+        state.plain = codec.passthrough and state.dtype == np.float32
+        if codec.uses_residual:
+            state.residual = self._memory.residual(state.key, state.shape)
+        else:
+            # error feedback loses nothing: what the residual holds goes with the next step
+            state.residual = None
+            state.flush = self._memory.take_residual(state.key)
+        state.chunk_states = self._memory.chunk_states(
+            state.key, state.chunks, state.residual,
+            keep=previous is None or type(previous) is type(codec),
+            restored=previous is None and self._restored)
+
+    @staticmethod
+    def _flush_into(state, grad):
+        grad += state.flush.as_in_context(grad.context).astype(grad.dtype)
+        state.flush = None
+
+    @staticmethod
+    def _check_finite(key, grad):
+        """A tensor of several chunks is checked whole before any chunk encodes: the
+        encoders check their own chunk only, and a NaN in the last chunk must leave
+        the residuals of the first ones untouched too."""
+        if int(op('kvx_finite_check')(grad.reshape((-1,))).asscalar()):
+            raise NonFiniteGradientError(
+                'key %r: gradient holds non-finite values (NaN or Inf); nothing was sent '
+                'and the residual is unchanged' % (key,))
 
     @staticmethod
     def _sum_devices(values):
-        """The worker's devices summed on CPU (a fresh array: inputs stay as they are)."""
+        """The worker's devices summed on CPU: the one CPU array itself (encoders only
+        read it), or a fresh sum (inputs stay as they are)."""
+        if len(values) == 1 and values[0].context == cpu():
+            return values[0]
         total = values[0].copyto(cpu())
         for v in values[1:]:
             total += v.as_in_context(cpu())
@@ -219,7 +277,7 @@ class CompressedKVStore(KVStoreBase):
             if value.stype != 'default':
                 raise TypeError('key %r: %s arrays are not supported; %s handles dense '
                                 'gradients' % (key, value.stype, self.type))
-            state = _KeyState(key, tuple(value.shape), dtype)
+            state = _Key(key, tuple(value.shape), dtype)
             self._keys[key] = state
         return state
 
@@ -245,8 +303,8 @@ class CompressedKVStore(KVStoreBase):
         return {k: (s.codec.describe() if s.codec else None) for k, s in self._keys.items()}
 
     def save_compression_state(self, fname):
-        """Save this worker's residuals, carried agreements and byte counters (one file
-        per worker)."""
+        """Save this worker's per-key state (residuals and what codecs keep between
+        steps), its parameters and byte counters (one file per worker)."""
         import json
         arrays = self._memory.state()
         arrays['__meta__'] = ndarray.array(
@@ -270,3 +328,4 @@ class CompressedKVStore(KVStoreBase):
         self.set_gradient_compression(meta['params'])
         self._memory.restore(arrays)
         self._stats.restore(meta['stats'])
+        self._restored = True

@@ -286,6 +286,41 @@ def test_ternary_encode_decode(ops, shape, kind, scale, threshold):
     assert same_bits(acc_nd.asnumpy(), (acc + want_out.reshape(shape)).astype(f32))
 
 
+@pytest.mark.parametrize('shape', TERNARY_SHAPES)
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('scale,threshold', [(2.0, 0.0), (1.0, 0.3)])
+def test_ternary_encode_mean_value(ops, shape, kind, scale, threshold):
+    """mean_value: codes as before, the header's value (and the residual) is the mean
+    |acc| of the selected values; the plain decoder reads it."""
+    grad, residual = grad_residual(shape, kind, 32)
+    res_nd = nd(residual)
+    payload, status = ops.kvx_ternary_encode(nd(grad), res_nd, scale=scale, threshold=threshold,
+                                             mean_value=1)
+    assert status_of(status) == 0
+    got = payload.asnumpy()
+    plain, _ = ops.kvx_ternary_encode(nd(grad), nd(residual), scale=scale, threshold=threshold)
+    t = float(plain.asnumpy()[5])
+    assert same_bits(got[8:], plain.asnumpy()[8:])          # the same codes
+    want, want_res, want_status = ref.ternary_encode(grad, residual, scale, t, mean_value=True)
+    assert want_status == 0
+    assert same_bits(got, want)
+    assert same_bits(res_nd.asnumpy(), want_res)
+    out, status = ops.kvx_ternary_decode(payload, shape=shape)
+    want_out, _ = ref.ternary_decode(want, grad.size)
+    assert status_of(status) == 0 and same_bits(out.asnumpy().reshape(-1), want_out)
+
+
+def test_ternary_encode_sum_value(ops):
+    """value > 0: selection by threshold, the residual keeps acc - code * value."""
+    grad, residual = grad_residual((1000,), 'randn', 33)
+    res_nd = nd(residual)
+    words, status = ops.kvx_ternary_encode_sum(nd(grad), res_nd, threshold=1.0, num_workers=4,
+                                                value=1.75)
+    want, want_res, want_status = ref.ternary_encode_sum(grad, residual, 1.0, 4, value=1.75)
+    assert status_of(status) == want_status == 0
+    assert same_bits(words.asnumpy(), want) and same_bits(res_nd.asnumpy(), want_res)
+
+
 @pytest.mark.parametrize('case', ['huge_acc', 'huge_scale'])
 def test_adaptive_threshold_overflow(ops, case):
     """t = scale * mean|acc| beyond float32's range: NONFINITE, nothing sent, residual kept."""

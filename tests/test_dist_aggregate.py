@@ -12,8 +12,8 @@ import pytest
 
 from kvx_ref import codecs as ref
 from kvstore_ext import chunking
-from kvstore_ext.codecs import (FP32Codec, FilterTopKCodec, TernaryCodec, HomTernaryCodec,
-                                HomTopKCodec)
+from kvstore_ext.codecs import (FP32Codec, FilterTopKCodec, TernaryCodec,
+                                AdditiveTernaryCodec, AdditiveTopKCodec)
 from kvstore_ext.schemes import Hylo, NoCompression
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,10 +42,34 @@ def worker_gradients(workers, step, key):
 
 
 def agreement_statistic(codec, accs):
-    """What the workers' agreement sums to: abs-sums (FC) or filter scores (conv)."""
-    if isinstance(codec, HomTernaryCodec):
+    """What the workers' agreement sums to: abs-sums (FC; with value 'mean' also the sum
+    and count of each worker's |acc| at or above its own threshold) or filter scores
+    (conv)."""
+    if isinstance(codec, AdditiveTernaryCodec) and codec.agreement_words == 3:
+        words = np.zeros(3)
+        for a in accs:
+            magnitude = np.abs(a.reshape(-1))
+            total = magnitude.sum(dtype=np.float64)
+            above = magnitude >= np.float32(total) * np.float32(codec.scale / codec.size)
+            words += [total, magnitude[above].sum(dtype=np.float64), above.sum()]
+        return words
+    if isinstance(codec, AdditiveTernaryCodec):
         return np.array([sum(np.abs(a.astype(np.float64)).sum() for a in accs)])
     return sum(ref.filter_scores(a) for a in accs)
+
+
+def encode(codec, grad, residual, scale=None):
+    """(payload, new residual, status) of a server-decoded codec, by the reference."""
+    if isinstance(codec, FilterTopKCodec):
+        return ref.topk_encode(grad, residual, codec.k)
+    return ref.ternary_encode(grad, residual, codec.scale if scale is None else scale,
+                              codec.threshold, mean_value=codec.value == 'mean')
+
+
+def decode(codec, payload):
+    if isinstance(codec, FilterTopKCodec):
+        return ref.topk_decode(payload, codec.size)
+    return ref.ternary_decode(payload, codec.size)
 
 
 def reference_chunk(codec, grads, residuals, agreed, carried, workers):
@@ -54,38 +78,47 @@ def reference_chunk(codec, grads, residuals, agreed, carried, workers):
     ``agreed`` is what the workers recorded they encoded with; it must equal the
     statistic of this step's acc ('round') or ``carried`` from the previous step
     ('previous'; None at the first step, which runs a round). Returns also what
-    this step carries to the next one."""
+    this step carries to the next one: the agreement, or the server's residual of a
+    compressed reply."""
     if isinstance(codec, FP32Codec):
         return sum(grads[1:], grads[0].copy()), False, None   # server adds in arrival order
     if isinstance(codec, (FilterTopKCodec, TernaryCodec)):
         total = np.zeros(codec.size, np.float32)
         for w, g in enumerate(grads):                      # server decodes in rank order
-            if isinstance(codec, FilterTopKCodec):
-                payload, new_res, status = ref.topk_encode(g, residuals[w], codec.k)
-                decoded, ok = ref.topk_decode(payload, codec.size)
-            else:
-                payload, new_res, status = ref.ternary_encode(g, residuals[w], codec.scale,
-                                                              codec.threshold)
-                decoded, ok = ref.ternary_decode(payload, codec.size)
+            payload, new_res, status = encode(codec, g, residuals[w])
+            decoded, ok = decode(codec, payload)
             assert status == ok == 0
             residuals[w][...] = new_res
             total += decoded
-        return total.reshape(codec.shape), True, None
+        if not codec.compressed_reply:
+            return total.reshape(codec.shape), True, None
+        # the server re-encodes the sum with its own residual (``carried``); the
+        # parameters reach it as float32 words (the reply row)
+        server_res = np.zeros(codec.shape, np.float32) if carried is None else carried
+        payload, server_res, status = encode(codec, total.reshape(codec.shape), server_res,
+                                             scale=float(np.float32(getattr(codec, 'scale', 0))))
+        reply, ok = decode(codec, payload)
+        assert status == ok == 0
+        return reply.reshape(codec.shape), True, server_res
     accs = [g + r for g, r in zip(grads, residuals)]
     expected = agreement_statistic(codec, accs) if carried is None else carried
     np.testing.assert_allclose(agreed, expected, rtol=1e-4)
-    if isinstance(codec, HomTernaryCodec):
+    if isinstance(codec, AdditiveTernaryCodec):
         t = np.float32(codec.scale * float(agreed[0]) / (workers * codec.size))
+        v = t
+        if codec.agreement_words == 3 and agreed[2] > 0:
+            v = max(np.float32(agreed[1] / agreed[2]), t)
         words = np.zeros(codec.sum_words(workers), np.float32)
         for w, g in enumerate(grads):
-            payload, new_res, status = ref.ternary_encode_sum(g, residuals[w], t, workers)
+            payload, new_res, status = ref.ternary_encode_sum(g, residuals[w], t, workers,
+                                                              value=float(v))
             assert status == 0
             residuals[w][...] = new_res
             words += payload
-        expect = ref.ternary_decode_sum(words, t, workers, codec.size)[0].reshape(codec.shape)
+        expect = ref.ternary_decode_sum(words, v, workers, codec.size)[0].reshape(codec.shape)
         exact = True
     else:
-        assert isinstance(codec, HomTopKCodec)
+        assert isinstance(codec, AdditiveTopKCodec)
         idx = ref.topk_select(agreed.astype(np.float64), codec.k)
         assert np.array_equal(idx, ref.topk_select(expected, codec.k))
         values = np.zeros(codec.k * codec.filter_size, np.float32)
@@ -96,29 +129,36 @@ def reference_chunk(codec, grads, residuals, agreed, carried, workers):
             values += sent
         expect, exact = ref.topk_scatter(values, idx, codec.shape)[0], False
     carry = None
-    if codec.agreement_mode == 'previous':     # the prediction of the next step's acc
+    if codec.carries:     # the prediction of the next step's acc
         carry = agreement_statistic(codec, [g + r for g, r in zip(grads, residuals)])
     return expect, exact, carry
 
 
 # mode: (kvstore, scheme, parameters)
 MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
+         'server-compressed': ('dist_sync_hylo', Hylo, dict(PARAMS, pull='compressed')),
          'homomorphic': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
                                                       agreement='previous')),
          'homomorphic-round': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
                                                             agreement='round')),
          # float32 through MXNet's own pushpull, chunk by chunk on views of the arrays
-         'none': ('dist_sync_none', NoCompression, {'chunk_size': 1024})}
+         'none': ('dist_sync_none', NoCompression, {'chunk_size': 1024}),
+         # codecs change at steps 2 and 4 (aggregate_job.replanning_scheme)
+         'replan': ('dist_sync_test_replan', job.replanning_scheme(), PARAMS)}
+STEPS_OF = {'replan': 6}
 
 
 @pytest.mark.parametrize('mode, workers, servers', [
-    (mode, w, s) for mode in ('server', 'homomorphic') for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
-] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1), ('none', 2, 2)])
+    (mode, w, s) for mode in ('server', 'server-compressed', 'homomorphic')
+    for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
+] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1), ('none', 2, 2),
+       ('replan', 2, 2), ('replan', 4, 1)])
 def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
     kvstore, scheme_class, params = MODES[mode]
+    steps = STEPS_OF.get(mode, STEPS)
     launch(tmp_path, job_env, workers, servers, [JOB, '--kvstore', kvstore,
                                                  '--params', json.dumps(params),
-                                        '--steps', str(STEPS), '--out', str(tmp_path)])
+                                                 '--steps', str(steps), '--out', str(tmp_path)])
     runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
     infos = [json.load(open(str(tmp_path / ('rank%d.json' % w)))) for w in range(workers)]
     assert sorted(i['rank'] for i in infos) == list(range(workers))
@@ -128,15 +168,23 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
 
     scheme = scheme_class(**params)
     for key, shape in job.SHAPES.items():
-        codec = scheme.codec_for(shape, np.float32)
-        chunks = chunking.split(codec, params['chunk_size'])
+        codec = None
         residuals = [np.zeros(shape, np.float32) for _ in range(workers)]
-        carried = [None] * len(chunks)
-        for step in range(STEPS):
+        for step in range(steps):
             outs = [run['out/%s/%d' % (key, step)] for run in runs]
             for out in outs[1:]:
                 assert np.array_equal(out, outs[0]), 'workers pulled different sums'
             grads = worker_gradients(workers, step, key)
+            planned = scheme.codec_for(shape, np.float32, step=step)
+            if codec is None or not planned.same_as(codec):     # (re-)plan, as the store
+                if codec is not None and not planned.uses_residual:
+                    grads = [g + r for g, r in zip(grads, residuals)]     # flushed
+                    residuals = [np.zeros(shape, np.float32) for _ in range(workers)]
+                if codec is None or type(codec) is not type(planned):
+                    carried = None
+                codec = planned
+                chunks = chunking.split(codec, params['chunk_size'])
+                carried = carried or [None] * len(chunks)
             for i, chunk in enumerate(chunks):
                 agreed = runs[0].get('agreed/%s/%d/%d' % (key, step, i))
                 expect, exact, carried[i] = reference_chunk(
@@ -151,9 +199,14 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
                 for w, run in enumerate(runs):
                     assert np.array_equal(run['res/%s/%d' % (key, step)], residuals[w]), \
                         (key, step, w)
+    if mode == 'replan':
+        plans = [infos[0]['plans'][str(s)] for s in range(steps)]    # the store re-planned
+        assert plans[0] == plans[1] != plans[2] == plans[3] != plans[4] == plans[5], plans
     stats = infos[0]['stats']
-    assert stats['steps'] == STEPS and stats['raw_bytes'] > 0
+    assert stats['steps'] == steps and stats['raw_bytes'] > 0
     if mode == 'none':
         assert stats['push_bytes'] == stats['pull_bytes'] == stats['raw_bytes']
     else:
         assert stats['push_bytes'] < stats['raw_bytes'] / 3
+    if mode in ('server-compressed', 'homomorphic'):
+        assert stats['pull_bytes'] < stats['raw_bytes'] / 3

@@ -164,7 +164,7 @@ def test_conv_filter_selection_matches_reference(shape):
         assert status == 0
         expect, _ = ref.topk_decode(payload, out.size)
         assert np.array_equal(out.reshape(-1), expect)
-    assert np.array_equal(kv._memory.get('conv', shape).asnumpy(), residual)
+    assert np.array_equal(kv._keys['conv'].residual.asnumpy(), residual)
 
 
 def test_fc_ternary_matches_reference():
@@ -174,13 +174,14 @@ def test_fc_ternary_matches_reference():
     outs = run_steps(kv, 'fc', steps)
     residual = np.zeros(shape, np.float32)
     for grads, out in zip(steps, outs):
-        acc = grads[0] + grads[1] + residual
-        t = ref.adaptive_threshold(acc, 1.5)
-        sent_t = np.abs(out).max()
-        np.testing.assert_allclose(sent_t, t, rtol=1e-6)
-        payload, residual, _ = ref.ternary_encode(grads[0] + grads[1], residual, 1.5, sent_t)
-        assert np.array_equal(out.reshape(-1), ref.ternary_decode(payload, out.size)[0])
-    assert np.array_equal(kv._memory.get('fc', shape).asnumpy(), residual)
+        # fc_value 'mean' (the default): codes where |acc| >= t, each worth the mean
+        # |acc| of the selected values
+        payload, residual, _ = ref.ternary_encode(grads[0] + grads[1], residual, 1.5,
+                                                  mean_value=True)
+        np.testing.assert_allclose(out.reshape(-1), ref.ternary_decode(payload, out.size)[0],
+                                   rtol=1e-6)
+    np.testing.assert_allclose(kv._keys['fc'].residual.asnumpy(), residual, rtol=1e-5,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize('params, shape', [
@@ -198,7 +199,7 @@ def test_error_feedback_invariant(params, shape):
         v = mx.nd.array(g)
         kv.pushpull('w', v)
         sent += v.asnumpy()
-    residual = kv._memory.get('w', shape).asnumpy()
+    residual = kv._keys['w'].residual.asnumpy()
     np.testing.assert_allclose(sent + residual, total, rtol=1e-4, atol=1e-3)
     assert np.abs(residual).max() > 0, 'compression must have kept something back'
 
@@ -227,22 +228,24 @@ AGGREGATIONS = [{}, {'aggregation': 'homomorphic', 'agreement': 'previous'},
 
 
 @pytest.mark.parametrize('aggregation', AGGREGATIONS)
-@pytest.mark.parametrize('shape', [(16, 4, 3, 3), (50, 40), (30,)])
+@pytest.mark.parametrize('shape', [(16, 4, 3, 3), (50, 40), (30,), (3000,), (40, 30, 3, 3)])
 @pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
 def test_non_finite_gradient_raises_and_keeps_state(shape, bad, aggregation):
-    kv = hylo(size_threshold=1, conv_rate=0.25, **aggregation)
+    """(3000,) and (40, 30, 3, 3) travel as several chunks (chunk_size 1024), and the
+    bad value sits in a later chunk than the first: no chunk's residual may change."""
+    kv = hylo(size_threshold=1, conv_rate=0.25, chunk_size=1024, **aggregation)
     kv.pushpull('w', mx.nd.array(rand(shape, 1)))
-    res_before = kv._memory.get('w', shape).asnumpy().copy() if len(shape) > 1 else None
+    res_before = kv._keys['w'].residual.asnumpy().copy() if len(shape) > 1 else None
     g = rand(shape, 2)
     g.reshape(-1)[g.size // 2] = bad
     v = mx.nd.array(g)
     with pytest.raises(NonFiniteGradientError, match='residual is unchanged'):
         kv.pushpull('w', v)
     if res_before is not None:
-        assert np.array_equal(kv._memory.get('w', shape).asnumpy(), res_before)
+        assert np.array_equal(kv._keys['w'].residual.asnumpy(), res_before)
     assert np.isnan(v.asnumpy()).any() or np.isinf(v.asnumpy()).any(), 'value untouched'
     # the next finite step works as before
-    kv2 = hylo(size_threshold=1, conv_rate=0.25, **aggregation)
+    kv2 = hylo(size_threshold=1, conv_rate=0.25, chunk_size=1024, **aggregation)
     kv2.pushpull('w', mx.nd.array(rand(shape, 1)))
     a, b = mx.nd.array(rand(shape, 3)), mx.nd.array(rand(shape, 3))
     kv.pushpull('w', a)
@@ -318,10 +321,10 @@ def test_checkpoint_restores_residuals_exactly(tmp_path, aggregation):
             kv.pushpull(key, mx.nd.array(rand(shape, s)))
     path = str(tmp_path / 'state-rank0.kvx')
     kv.save_compression_state(path)
-    carried = sorted(name for name in mx.nd.load(path) if name.startswith('agreed/'))
+    carried = sorted(name for name in mx.nd.load(path) if '.agreed@' in name)
     if aggregation.get('agreement') == 'previous':    # every chunk: 1024 elements at most
-        assert carried == ['agreed/i:7/0', 'agreed/i:7/1', 'agreed/s:big/0', 'agreed/s:big/1',
-                           'agreed/s:big/2', 'agreed/s:conv/0', 'agreed/s:conv/1']
+        assert carried == ['0.agreed@i:7', '0.agreed@s:big', '0.agreed@s:conv', '1.agreed@i:7',
+                           '1.agreed@s:big', '1.agreed@s:conv', '2.agreed@s:big']
     else:
         assert carried == []
     resumed = mx.kv.create('dist_sync_hylo')
@@ -337,3 +340,143 @@ def test_checkpoint_restores_residuals_exactly(tmp_path, aggregation):
     other = mx.kv.create('dist_sync_2bit')
     with pytest.raises(ValueError, match='belong to one worker'):
         other.load_compression_state(path)
+
+
+def test_checkpoint_of_version_0_1_is_read(tmp_path):
+    """Files written before per-key state had names (``<key>`` residuals and
+    ``agreed/<key>/<chunk>``) resume exactly as the new ones do."""
+    shapes = {'conv': (24, 8, 3, 3), 7: (60, 20)}
+    params = dict(size_threshold=1, conv_rate=0.2, chunk_size=1024,
+                  aggregation='homomorphic', agreement='previous')
+    kv = hylo(**params)
+    for s in range(3):
+        for key, shape in shapes.items():
+            kv.pushpull(key, mx.nd.array(rand(shape, s)))
+    path = str(tmp_path / 'new.kvx')
+    kv.save_compression_state(path)
+    arrays = mx.nd.load(path)
+    old = {'__meta__': arrays.pop('__meta__')}
+    for name, array in arrays.items():
+        state, _, key = name.partition('@')
+        chunk, _, what = state.partition('.')
+        old[key if state == 'residual' else 'agreed/%s/%s' % (key, chunk)] = array
+    assert 'agreed/s:conv/1' in old and 's:conv' in old
+    mx.nd.save(str(tmp_path / 'old.kvx'), old)
+    resumed = mx.kv.create('dist_sync_hylo')
+    resumed.load_compression_state(str(tmp_path / 'old.kvx'))
+    for s in range(3, 5):
+        for key, shape in shapes.items():
+            a, b = mx.nd.array(rand(shape, s)), mx.nd.array(rand(shape, s))
+            kv.pushpull(key, a)
+            resumed.pushpull(key, b)
+            assert np.array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_restored_state_that_does_not_fit_is_refused(tmp_path):
+    kv = hylo(size_threshold=1, conv_rate=0.2, aggregation='homomorphic')
+    kv.pushpull('conv', mx.nd.array(rand((24, 8, 3, 3), 0)))
+    path = str(tmp_path / 's.kvx')
+    kv.save_compression_state(path)
+    arrays = mx.nd.load(path)
+    arrays['0.agreed@s:conv'] = mx.nd.zeros((5,))
+    mx.nd.save(path, arrays)
+    resumed = mx.kv.create('dist_sync_hylo')
+    resumed.load_compression_state(path)
+    with pytest.raises(ValueError, match="restored state '0.agreed' of key 'conv'"):
+        resumed.pushpull('conv', mx.nd.array(rand((24, 8, 3, 3), 1)))
+
+
+def test_replan_to_float32_flushes_the_residual():
+    """Error feedback loses nothing when a scheme re-plans a key: what the residual
+    held goes with the next step, then the key has no residual."""
+    from kvstore_ext.schemes import Hylo
+
+    class Warm(Hylo):
+        name = 'test_local_replan'
+
+        def replans_at(self, step):
+            return step == 2
+
+        def codec_for(self, shape, dtype, step=0):
+            return (super().codec_for(shape, dtype) if step < 2
+                    else self.uncompressed(shape, dtype))
+
+    kvstore_ext.register_scheme(Warm)
+    kv = mx.kv.create('dist_sync_test_local_replan')
+    kv.set_gradient_compression({'size_threshold': 1})
+    shape, sent, total = (40, 30), 0, 0
+    for s in range(3):
+        g = rand(shape, s)
+        out = mx.nd.array(g)
+        kv.pushpull('w', out)
+        if s < 2:
+            residual = kv._keys['w'].residual.asnumpy()
+        total, sent = total + g, sent + out.asnumpy()
+        if s == 1:
+            np.testing.assert_allclose(sent + residual, total, rtol=1e-5, atol=1e-5)
+            assert np.abs(residual).max() > 0
+    np.testing.assert_allclose(sent, total, rtol=1e-5, atol=1e-5)
+    assert kv._keys['w'].residual is None and 'residual@s:w' not in kv._memory.state()
+
+
+@pytest.mark.parametrize('shape', [(24, 8, 3, 3), (60, 20)])
+def test_compressed_pull_in_one_process(shape):
+    """pull='compressed': the 'server' re-encodes the sum with its own residual; what
+    comes back is that re-encoding, step after step (the reference, twice)."""
+    kv = hylo(size_threshold=1, conv_rate=0.25, pull='compressed')
+    worker_res = np.zeros(shape, np.float32)
+    server_res = np.zeros(shape, np.float32)
+    for s in range(4):
+        g = rand(shape, s)
+        out = mx.nd.array(g)
+        kv.pushpull('w', out)
+        if len(shape) == 4:
+            payload, worker_res, _ = ref.topk_encode(g, worker_res, 6)
+            total, _ = ref.topk_decode(payload, g.size)
+            reply, server_res, _ = ref.topk_encode(total.reshape(shape), server_res, 6)
+            expect, _ = ref.topk_decode(reply, g.size)
+        else:
+            payload, worker_res, _ = ref.ternary_encode(g, worker_res, 2.0, mean_value=True)
+            total, _ = ref.ternary_decode(payload, g.size)
+            reply, server_res, _ = ref.ternary_encode(total.reshape(shape), server_res, 2.0,
+                                                      mean_value=True)
+            expect, _ = ref.ternary_decode(reply, g.size)
+        assert np.array_equal(out.asnumpy().reshape(-1), expect)
+    # (one worker's payload re-encodes exactly: the server's residual matters with
+    # several workers, tested in test_dist_aggregate.py 'server-compressed')
+    stats = kv.comm_stats()
+    assert stats['pull_bytes'] == stats['push_bytes'] < stats['raw_bytes'] / 3
+
+
+def test_list_of_kvstore_types():
+    """``python -m kvstore_ext --list`` names every registered type with its parameters."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, '-m', 'kvstore_ext', '--list'], capture_output=True,
+                         text=True, check=True).stdout
+    from kvstore_ext.schemes import BUILTIN      # (tests here register more, in-process)
+    for scheme in BUILTIN:
+        assert '\ndist_sync_%s: ' % scheme.name in '\n' + out
+    for param in ('size_threshold', 'fc_scale', 'pull', 'threshold', 'chunk_size'):
+        assert '  %s ' % param in out
+
+
+def test_warmup_steps_send_float32_then_compress():
+    """warmup_steps: a compressed tensor's first steps travel as float32 (exact sums),
+    then the scheme re-plans it to its codec; the residual starts at the switch."""
+    kv = hylo(size_threshold=1, warmup_steps=2)
+    shape = (60, 20)
+    for s in range(4):
+        g = rand(shape, s)
+        out = mx.nd.array(g)
+        kv.pushpull('fc', out)
+        if s < 2:
+            assert np.array_equal(out.asnumpy(), g)
+            assert kv._keys['fc'].residual is None
+        else:
+            assert not np.array_equal(out.asnumpy(), g)
+            assert np.abs(kv._keys['fc'].residual.asnumpy()).max() > 0
+    plan = kv.codec_plan()['fc']
+    assert plan.startswith('ternary'), plan
+    stats = kv.comm_stats()
+    assert stats['push_bytes'] < stats['raw_bytes'] * 0.6     # two of four steps compressed

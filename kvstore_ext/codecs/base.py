@@ -1,34 +1,33 @@
-"""The codec interface: encode one tensor, decode payloads, wrapping the C++ operators.
+"""The codec interface: one tensor (or chunk of one) and what its step exchanges.
 
-One codec instance per tensor (or chunk of a tensor), so it knows the shape and the
-parameters its encoder needs. Two families, chosen by ``additive``:
+One codec instance per tensor or chunk, so it knows the shape and its parameters.
+A codec's ``step`` is a generator of rounds (rounds.py): it encodes ``grad`` with the
+chunk's state (its residual and whatever else it declared), yields the rounds it needs
+(``Sum``: add arrays over workers; ``Gather``: decode every worker's payload at the
+servers and sum), and returns the float32 sum over workers. The transport only drives
+the rounds, so a codec with two rounds (an agreement first, or PowerSGD's P and Q)
+needs nothing from the transport that a one-round codec does not.
 
-* server-decode codecs (``additive = False``): ``encode`` gives a float32 payload with
-  a self-describing header (python/kvx_ref/wire.py), so a parameter server can decode
-  payloads it knows nothing else about (aggregate.py; the C++ ``decode_slots``
-  dispatches on the header's codec id);
-* additive codecs (``additive = True``): ``encode_sum`` gives an array whose sum over
-  workers, formed by the stock server, ``decode_sum`` turns into the float32 sum.
-  They may first need an agreement among workers (``agreement_words > 0``; see
-  agreement.py).
+State that lives from one step to the next is declared by ``state_shapes`` (besides
+the residual, which ``uses_residual`` asks for): the store keeps it per key and chunk,
+saves it with checkpoints and restores it (memory.py).
 
 Every integer in a payload is an exact float, so payloads survive the server's merge.
 """
 import numpy as np
 
 from ..errors import NonFiniteGradientError, PayloadError, status_message
+from ..rounds import Gather
 
 HEADER_WORDS = 8
 
 
 class Codec:
-    """Base class; see the module docstring for the two families."""
+    """Base class; see the module docstring."""
 
     name = None
-    uses_residual = True
-    additive = False
-    agreement_words = 0
-    agreement_mode = 'round'   # or 'previous' (see agreement.py)
+    uses_residual = True     # error feedback: the store keeps a residual for the key
+    passthrough = False      # float32 as it is: the store may use MXNet's own pushpull
     chunk_by_rows = False    # True: chunks are ranges of the first axis (filters)
 
     def __init__(self, shape):
@@ -46,7 +45,49 @@ class Codec:
         """Codec for rows [start, stop) of ``chunk_layout``."""
         raise NotImplementedError
 
-    # -- server-decode family -------------------------------------------------------
+    # -- one step -------------------------------------------------------------------
+    def state_shapes(self):
+        """{name: shape} of the float32 arrays this codec keeps between steps (besides
+        the residual), saved with checkpoints. A name is absent until the step sets it."""
+        return {}
+
+    def step(self, grad, state, num_workers):
+        """Generator: yields rounds (rounds.py), receives their results, returns the
+        float32 sum over workers. ``state`` is the chunk's memory.ChunkState."""
+        raise NotImplementedError
+
+    def wire_words(self, num_workers):
+        """[(round name, kind, words pushed, words pulled)] of a steady-state step, in
+        float32 words: what the byte model (bench/wire_bytes.py) adds up."""
+        raise NotImplementedError
+
+    # -- identity ---------------------------------------------------------------------
+    def same_as(self, other):
+        """True if ``other`` encodes exactly as this codec (re-planning keeps it)."""
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def describe(self):
+        return self.name
+
+    def __repr__(self):
+        return '%s(%s, shape=%s)' % (type(self).__name__, self.describe(), self.shape)
+
+
+class GatherCodec(Codec):
+    """A codec decoded at the servers (the paper's aggregation): one ``Gather`` round of
+    a self-describing payload (header: python/kvx_ref/wire.py), which the servers'
+    ``decode_slots`` dispatches on by codec id.
+
+    ``compressed_reply``: the servers re-encode the sum with this codec (and a residual
+    of their own) instead of replying float32; subclasses that support it return
+    their reply request from ``reply_request``."""
+
+    compressed_reply = False
+
+    def reply_request(self):
+        """(codec id, n, a, b, c) the servers re-encode the sum with (aggregate.py)."""
+        raise NotImplementedError
+
     def payload_words(self):
         """Length (float32 words) of one worker's payload: fixed per tensor."""
         raise NotImplementedError
@@ -62,37 +103,18 @@ class Codec:
         from ..aggregate import decode_sum
         return decode_sum([payload], self.shape)
 
-    # -- additive family ------------------------------------------------------------
-    sum_dtype = np.float32
+    def step(self, grad, state, num_workers):
+        payload = self.encode(grad, state.residual)
+        if self.compressed_reply:
+            total = yield Gather('payload', payload, self.size, self.reply_request(),
+                                 self.payload_words())
+        else:
+            total = yield Gather('payload', payload, self.size)
+        return total.reshape(self.shape)
 
-    def sum_words(self, num_workers):
-        raise NotImplementedError
-
-    def sum_shape(self, num_workers):
-        """Shape of the sum-mode key (MXNet checks pushes against it)."""
-        return (self.sum_words(num_workers),)
-
-    def agreement(self, grad, residual):
-        """Small float32 array each worker contributes; the sum is what all agree on."""
-        raise NotImplementedError
-
-    def settle(self, agreed, num_workers):
-        """What every worker derives from the agreed sum (``None`` if the codec needs
-        no agreement): the parameters ``encode_sum`` and ``decode_sum`` take. Called
-        once a step (agreement.Agreement.settled)."""
-        return None
-
-    def encode_sum(self, grad, residual, num_workers, settled):
-        raise NotImplementedError
-
-    def decode_sum(self, summed, num_workers, settled):
-        raise NotImplementedError
-
-    def describe(self):
-        return self.name
-
-    def __repr__(self):
-        return '%s(%s, shape=%s)' % (type(self).__name__, self.describe(), self.shape)
+    def wire_words(self, num_workers):
+        pulled = self.payload_words() if self.compressed_reply else self.size
+        return [('payload', 'gather', self.payload_words(), pulled)]
 
 
 def check_encoded(status, what='gradient'):

@@ -1,17 +1,25 @@
-"""Hylo's FC codec: every value becomes 0, +t or -t, with t = scale * mean|grad + residual|
-(adaptive) or a fixed threshold (MXNet's 2-bit); the quantisation error stays in the
-residual. Codes travel as base-3 digits, 15 per float32 word."""
-from .base import Codec, HEADER_WORDS, check_encoded
+"""Hylo's FC codec: values of ``acc = grad + residual`` with |acc| >= t become +-v, the
+others 0, with t = scale * mean|acc| (adaptive) or a fixed threshold (MXNet's 2-bit);
+the quantisation error stays in the residual. v is t (``value='t'``, MXNet's rule) or
+the mean |acc| of the selected values (``value='mean'``: the least-squares value of the
+set, so a large accumulated value drains in a few steps, not t at a time); the header
+carries v, so decoders do not depend on the choice. Codes travel as base-3 digits, 15
+per float32 word."""
+from .base import GatherCodec, HEADER_WORDS, check_encoded
 from ..ops import op
 
 DIGITS_PER_WORD = 15
 
 
-class TernaryCodec(Codec):
+class TernaryCodec(GatherCodec):
     name = 'ternary'
 
-    def __init__(self, shape, scale=1.0, threshold=0.0):
+    def __init__(self, shape, scale=1.0, threshold=0.0, value='t', compressed_reply=False):
         super().__init__(shape)
+        if value not in ('t', 'mean'):
+            raise ValueError("value must be 't' or 'mean', got %r" % (value,))
+        self.value = value
+        self.compressed_reply = bool(compressed_reply)
         if not scale > 0:
             raise ValueError('scale must be > 0, got %r' % scale)
         if not threshold >= 0:
@@ -21,19 +29,27 @@ class TernaryCodec(Codec):
 
     def chunk(self, start, stop):
         """Each chunk adapts its own threshold to its own magnitude."""
-        return type(self)((stop - start,), self.scale, self.threshold)
+        return type(self)((stop - start,), self.scale, self.threshold, self.value,
+                          self.compressed_reply)
 
     def payload_words(self):
         return HEADER_WORDS + -(-self.size // DIGITS_PER_WORD)
 
     def encode(self, grad, residual):
         payload, status = op('kvx_ternary_encode')(grad, residual, scale=self.scale,
-                                                   threshold=self.threshold)
+                                                   threshold=self.threshold,
+                                                   mean_value=int(self.value == 'mean'))
         check_encoded(status)
         return payload
 
+    def reply_request(self):
+        """The servers re-encode sum + their residual with the same rule."""
+        return (3, self.size, self.scale, self.threshold, float(self.value == 'mean'))
+
     def describe(self):
+        more = (', value mean|acc| of the sent' if self.value == 'mean' else '') + \
+            (', compressed reply' if self.compressed_reply else '')
         if self.threshold > 0:
-            return 'ternary, t = %g' % self.threshold
-        return 'ternary, t = %g * mean|acc|' % self.scale
+            return 'ternary, t = %g%s' % (self.threshold, more)
+        return 'ternary, t = %g * mean|acc|%s' % (self.scale, more)
 

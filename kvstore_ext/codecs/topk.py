@@ -2,16 +2,17 @@
 L2 norms (indices + float32 values); the other filters stay in the residual."""
 import math
 
-from .base import Codec, HEADER_WORDS, check_encoded
+from .base import GatherCodec, HEADER_WORDS, check_encoded
 from ..ops import op
 
 
-class FilterTopKCodec(Codec):
+class FilterTopKCodec(GatherCodec):
     name = 'topk'
     chunk_by_rows = True
 
-    def __init__(self, shape, k):
+    def __init__(self, shape, k, compressed_reply=False):
         super().__init__(shape)
+        self.compressed_reply = bool(compressed_reply)
         filters = self.shape[0]
         if not 1 <= int(k) <= filters:
             raise ValueError('k must be between 1 and the %d filters, got %r' % (filters, k))
@@ -22,7 +23,7 @@ class FilterTopKCodec(Codec):
         """A chunk of filters sends the same share of its filters (at least one)."""
         filters = stop - start
         k = min(max(math.ceil(self.k * filters / self.shape[0]), 1), filters)
-        return type(self)((filters,) + self.shape[1:], k)
+        return type(self)((filters,) + self.shape[1:], k, self.compressed_reply)
 
     def payload_words(self):
         return HEADER_WORDS + self.k + self.k * self.filter_size
@@ -32,6 +33,11 @@ class FilterTopKCodec(Codec):
         check_encoded(status)
         return payload
 
+    def reply_request(self):
+        """The servers send the top k filters of sum + their residual."""
+        return (2, self.size, self.k, self.filter_size, 0.0)
+
     def describe(self):
-        return 'top %d of %d filters' % (self.k, self.shape[0])
+        return 'top %d of %d filters%s' % (self.k, self.shape[0], ', compressed reply'
+                                           if self.compressed_reply else '')
 

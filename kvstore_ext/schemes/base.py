@@ -26,8 +26,17 @@ class Scheme:
     def check(self, params):
         """Checks that involve several parameters; raise ValueError."""
 
-    def codec_for(self, shape, dtype):
+    def codec_for(self, shape, dtype, step=0):
+        """The codec for a tensor of ``shape`` and ``dtype`` at ``step`` (how many steps
+        its key has taken): at a key's first step, and at every step ``replans_at``."""
         raise NotImplementedError
+
+    def replans_at(self, step):
+        """True if ``codec_for`` may choose differently at ``step`` than before: the store
+        then asks it again (every worker at the same step, so their plans agree), and
+        keeps a key's codec if it encodes the same. Schemes that re-plan override this
+        (warm-up, layer-wise adaptation)."""
+        return False
 
     @staticmethod
     def uncompressed(shape, dtype):

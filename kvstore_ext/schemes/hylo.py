@@ -12,25 +12,37 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
 
        rate(n) = clip(conv_rate_max * sqrt(size_threshold / n), conv_rate_min, conv_rate_max)
 
-   so a layer at the threshold sends ``conv_rate_max`` of its filters and a layer 100x
-   larger a tenth of that (at least ``conv_rate_min``). ``conv_rate`` fixes the rate
-   for every conv layer instead.
+   so a layer at the threshold sends ``conv_rate_max`` (0.3) of its filters and a layer
+   100x larger a tenth of that (at least ``conv_rate_min``, 0.02). ``conv_rate`` fixes
+   the rate for every conv layer instead. (With 0.1, a 51,200-weight layer sent 6 of
+   64 filters a step, each filter waited ~10 steps, and short runs lost accuracy.)
 3. **FC weights** (2-D) and any other large tensor (1-D): the threshold adapts to the
    overall magnitude each step, ``t = fc_scale * mean|acc|`` (``fc_threshold > 0``
-   fixes it instead); each value becomes 0, +t or -t (2 bits of information, packed as
-   base-3 digits); the quantisation error stays in the residual.
+   fixes it instead); each value becomes 0 or +-v (2 bits of information, packed as
+   base-3 digits) where |acc| >= t, and the error stays in the residual. The value v
+   (``fc_value='mean'``, the default) is the mean |acc| of the selected values, the
+   least-squares value of the selected set (the header carries it, so decoders do not
+   change); ``fc_value='t'`` sends v = t, which drains large accumulated values only t
+   a step: the residual grew to ~5x the gradient and an MLP lost 7 points.
 4. **Aggregation** (``aggregation='server'``, the paper's design): the parameter
-   server decodes every worker's payload to float32 and sums; workers pull float32.
+   server decodes every worker's payload to float32 and sums; workers pull float32,
+   or, with ``pull='compressed'``, the sum re-encoded by the same codec at the server,
+   whose own residual keeps what the reply leaves out (two-way compression, as
+   DoubleSqueeze): the pull shrinks like the push, whatever the number of workers.
    ``aggregation='homomorphic'`` is the additive variant (workers agree on t and the
    filter set so that the server can add payloads; ``agreement`` says how: from the
-   previous aggregate or by an extra round; see agreement.py and docs/DESIGN.md).
+   previous aggregate or by an extra round; see codecs/agreed.py and docs/DESIGN.md).
+5. **Warm-up** (``warmup_steps``, default 0): the first steps of every compressed tensor
+   go float32, as PyTorch's PowerSGD hook does; the scheme then re-plans the key
+   (``replans_at``) to its compressed codec.
 """
 import math
 
 import numpy as np
 
 from .base import Scheme
-from ..codecs import FilterTopKCodec, TernaryCodec, HomTernaryCodec, HomTopKCodec
+from ..codecs import (FilterTopKCodec, TernaryCodec, AdditiveTernaryCodec,
+                      AdditiveTopKCodec)
 from ..params import Param
 
 
@@ -44,7 +56,7 @@ class Hylo(Scheme):
                            optional=True),
         'conv_rate_min': Param('float', 0.02, 'smallest layer-adaptive conv rate',
                                low=0, low_open=True, high=1),
-        'conv_rate_max': Param('float', 0.1, 'conv rate of a layer at the size threshold',
+        'conv_rate_max': Param('float', 0.3, 'conv rate of a layer at the size threshold',
                                low=0, low_open=True, high=1),
         'fc_scale': Param('float', 2.0, 'FC threshold t = fc_scale * mean|acc|',
                           low=0, low_open=True),
@@ -53,6 +65,20 @@ class Hylo(Scheme):
         'aggregation': Param('str', 'server', "'server' (decode at the server, as the "
                              "paper) or 'homomorphic' (additive payloads)",
                              choices=('server', 'homomorphic')),
+        'pull': Param('str', 'float32', "server aggregation only: what workers pull: "
+                      "'float32' (the sum, as the paper) or 'compressed' (the servers "
+                      "re-encode the sum with the same codec and a residual of their "
+                      "own; homomorphic pulls are always compressed)",
+                      choices=('float32', 'compressed')),
+        'fc_value': Param('str', 'mean', "FC value a nonzero code stands for: 'mean' "
+                          "(mean |acc| of the selected values, the least-squares value of "
+                          "the set) or 't' (the threshold, MXNet's 2-bit rule)",
+                          choices=('t', 'mean')),
+        'warmup_steps': Param('int', 0, 'the first this many steps of every compressed '
+                              'tensor go float32 (dense warm-up)', low=0),
+        'compress_layers': Param('str', 'all', "diagnostic (ablations): which large "
+                                 "tensors are compressed ('all', 'conv' only, 'fc' only); "
+                                 "the others go float32", choices=('all', 'conv', 'fc')),
         'agreement': Param('str', 'previous', "homomorphic only: how workers agree on t "
                            "and the filter set: 'previous' (statistic carried by the "
                            "previous aggregate) or 'round' (an extra tiny round per step)",
@@ -76,18 +102,28 @@ class Hylo(Scheme):
         k = math.ceil(self.conv_rate(int(np.prod(shape))) * filters)
         return min(max(k, 1), filters)
 
-    def codec_for(self, shape, dtype):
+    def replans_at(self, step):
+        return step == self.params['warmup_steps'] > 0
+
+    def codec_for(self, shape, dtype, step=0):
         size = int(np.prod(shape)) if len(shape) else 1
-        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold'] or \
+                step < self.params['warmup_steps']:
+            return self.uncompressed(shape, dtype)
+        if self.params['compress_layers'] != 'all' and \
+                (len(shape) >= 3) != (self.params['compress_layers'] == 'conv'):
             return self.uncompressed(shape, dtype)
         additive = self.params['aggregation'] == 'homomorphic'
         agreement = self.params['agreement']
+        compressed = self.params['pull'] == 'compressed'
         if len(shape) >= 3:
             if additive:
-                return HomTopKCodec(shape, self.conv_k(shape), agreement)
-            return FilterTopKCodec(shape, self.conv_k(shape))
+                return AdditiveTopKCodec(shape, self.conv_k(shape), agreement)
+            return FilterTopKCodec(shape, self.conv_k(shape), compressed)
         if additive:
-            return HomTernaryCodec(shape, self.params['fc_scale'], self.params['fc_threshold'],
-                                   agreement)
+            return AdditiveTernaryCodec(shape, self.params['fc_scale'],
+                                        self.params['fc_threshold'], agreement,
+                                        self.params['fc_value'])
         return TernaryCodec(shape, scale=self.params['fc_scale'],
-                            threshold=self.params['fc_threshold'])
+                            threshold=self.params['fc_threshold'],
+                            value=self.params['fc_value'], compressed_reply=compressed)

@@ -6,5 +6,5 @@ class NoCompression(Scheme):
     name = 'none'
     PARAMS = {}
 
-    def codec_for(self, shape, dtype):
+    def codec_for(self, shape, dtype, step=0):
         return self.uncompressed(shape, dtype)

@@ -17,7 +17,7 @@ class TwoBit(Scheme):
         'threshold': Param('float', 0.5, 'fixed quantisation threshold t', low=0, low_open=True),
     }
 
-    def codec_for(self, shape, dtype):
+    def codec_for(self, shape, dtype, step=0):
         if np.dtype(dtype) != np.float32:
             return self.uncompressed(shape, dtype)
         return TernaryCodec(shape, threshold=self.params['threshold'])

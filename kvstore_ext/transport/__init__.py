@@ -10,6 +10,6 @@ import os
 def create_transport(store):
     if os.environ.get('DMLC_ROLE') == 'worker':
         from .ps import PSTransport
-        return PSTransport(store.scheme)
+        return PSTransport()
     from .local import LocalTransport
     return LocalTransport()

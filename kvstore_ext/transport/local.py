@@ -1,28 +1,56 @@
 """Single-process transport: this process is rank 0 of 1 and the 'server' is a call.
 
-Nothing is skipped: each chunk is encoded and its payload decoded by the same code
-the parameter servers run (aggregate.decode_sum), or, for additive codecs, summed
-over one worker and decoded, so every codec path runs without ps-lite.
+Nothing is skipped: a ``Gather`` payload is decoded by the same code the parameter
+servers run (aggregate.decode_sum), and a ``Sum`` over one worker is the array itself,
+so every codec's step runs without ps-lite.
 """
 import numpy as np
 
-from ..agreement import settled
-from ..aggregate import decode_sum
-from ..chunking import assemble
+from ..aggregate import decode_sum, reencode
+
+
+def _sum(key, chunk, request):
+    nbytes = request.array.size * np.dtype(request.array.dtype).itemsize
+    return request.array, nbytes, nbytes
 
 
 class LocalTransport:
+    """Rank 0 of 1; keeps the 'servers'' residuals of compressed replies."""
+
     rank = 0
     num_workers = 1
 
-    def configure(self, scheme):
-        """Nothing to tell: there is no server."""
+    def __init__(self):
+        self._server_residuals = {}     # (key, chunk, round name) -> NDArray
+        self._round_kinds = {'sum': _sum, 'gather': self._gather}
 
-    def declare(self, key, chunks):
-        """Nothing to lay out: payloads do not travel."""
+    def _gather(self, key, chunk, request):
+        """As the servers do: decode and sum, then re-encode for a compressed reply
+        (with a residual kept per round, as a server keeps it per key)."""
+        total = decode_sum([request.payload], (request.size,))
+        pulled = request.size * 4
+        if request.reply is not None:
+            from mxnet import ndarray
+            slot = (key, chunk, request.name)
+            residual = self._server_residuals.get(slot)
+            if residual is None or residual.size != request.size:
+                residual = self._server_residuals[slot] = ndarray.zeros(
+                    (request.size,), dtype=np.float32)
+            reply = reencode(total, residual, request.reply)
+            total, pulled = decode_sum([reply], (request.size,)), reply.size * 4
+        return total, request.payload.size * 4, pulled
 
     def broadcast(self, key, value):
         return value
+
+    def exchange(self, key, requests):
+        """(results, bytes pushed, bytes pulled) of one stage of rounds."""
+        results, pushed, pulled = [], 0, 0
+        for chunk, request in requests:
+            result, up, down = self._round_kinds[request.kind](key, chunk, request)
+            results.append(result)
+            pushed, pulled = pushed + up, pulled + down
+        return results, pushed, pulled
 
     def pushpull_plain(self, key, chunks, values, outs):
         """Uncompressed float32: the sum over devices (and one worker); no chunks
@@ -34,30 +62,3 @@ class LocalTransport:
             if o.handle.value != total.handle.value:
                 total.copyto(o)
         return total.size * 4, total.size * 4
-
-    def pushpull(self, key, chunks, grad, residual, agreements):
-        """(float32 sum over workers, bytes pushed, bytes pulled) of one step."""
-        parts, pushed, pulled = [], 0, 0
-        for chunk, agreement in zip(chunks, agreements):
-            codec = chunk.codec
-            g = chunk.view(grad)
-            r = chunk.view(residual) if residual is not None else None
-            if codec.additive:
-                words = 0
-                if agreement is not None and agreement.needs_round():
-                    agreement.agreed_by_round(agreement.contribution(g, r))
-                    words += agreement.words
-                params = settled(codec, agreement, 1)
-                payload = codec.encode_sum(g, r, 1, params)
-                parts.append(codec.decode_sum(payload, 1, params))
-                if agreement is not None and agreement.tail_words:
-                    agreement.agreed_by_previous(agreement.contribution(g, r))
-                    words += agreement.tail_words
-                size = payload.size * np.dtype(payload.dtype).itemsize + 4 * words
-                pushed, pulled = pushed + size, pulled + size
-            else:
-                payload = codec.encode(g, r)
-                parts.append(decode_sum([payload], codec.shape))
-                pushed += payload.size * 4
-                pulled += codec.size * 4    # what a server-decode pull brings: float32
-        return assemble(chunks, parts, grad.shape), pushed, pulled

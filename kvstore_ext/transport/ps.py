@@ -1,241 +1,204 @@
 """Transport over MXNet's parameter server (ps-lite) with ``dist_sync`` semantics.
 
-Every chunk of every tensor is a key of an inner native ``dist_sync`` kvstore, in
-one of two modes, chosen by the chunk's codec:
+Each round a codec asks for (rounds.py) travels on a key of an inner native
+``dist_sync`` kvstore, one key per (tensor key, chunk, round name), made when the
+round first appears and made anew when its kind or shape changes (a re-plan):
 
-* **sum mode** (additive codecs: float32 pass-through, homomorphic payloads): a dense
-  key; each worker pushes its payload, the stock server adds them, the pull returns
-  the sum, decoded on the worker. Codecs that need an agreement (the homomorphic
-  ones) get it from a tiny sum-mode round on a second key, or from the tail of the
-  previous step's sum (agreement.py).
-* **server-decode mode** (the paper's design): a ``row_sparse`` key with a slot of
+* ``Sum``: a dense key; each worker pushes its array, the stock server adds them,
+  the pull returns the sum.
+* ``Gather`` (the paper's server-side decoding): a ``row_sparse`` key with a slot of
   ``rows_per_slot`` rows per worker; each worker pushes only its slot, so the merge is
   a gather and the server-side aggregator (transport/server.py) sees every worker's
   payload, decodes and sums them, and writes the float32 sum into the first rows,
   which workers fetch with ``row_sparse_pull``.
 
 ``dist_sync`` makes both exact: a server answers pulls of a key only after the
-round's update, and no worker's next push can merge into a finished round.
+round's update, and no worker's next push can merge into a finished round. A stage of
+rounds (one request per chunk of a tensor) is pushed entirely before anything is
+pulled, so the chunks' round trips overlap.
 
-Keys are numbered in the order tensors are first seen, which Gluon makes identical
-on every worker; consecutive keys land on consecutive servers (MXNet places a small
-key on server ``key * 9973 % num_servers``), so chunks spread evenly. MXNet's own
-slicing of big arrays is switched off (``MXNET_KVSTORE_BIGARRAY_BOUND``): chunking
-is ours, so that no payload is ever cut where it cannot be decoded.
+Keys are numbered in the order rounds are first seen, which is the same on every
+worker (Gluon presents tensors in the same order, and codecs and re-plans are
+deterministic); ``kv.init`` of a new key is collective. Consecutive keys land on
+consecutive servers (MXNet places a small key on server ``key * 9973 % num_servers``),
+so chunks spread evenly. MXNet's own slicing of big arrays is switched off
+(``MXNET_KVSTORE_BIGARRAY_BOUND``): chunking is ours, so that no payload is ever cut
+where it cannot be decoded.
 """
 import os
-import sys
 
 import numpy as np
 
-from ..agreement import settled, tail_words
-from ..chunking import assemble
+from ..aggregate import FLOAT32_REPLY, REPLY_WORDS, reply_row
+from ..errors import PayloadError, status_message
+from ..ops import op
+from ..worker_exit import exit_on_uncaught_exception
 from .server import ServerAggregator
 
-ROW_WIDTH = 1024          # floats per row of a server-decode key
+ROW_WIDTH = 1024          # floats per row of a Gather key
 _NO_SLICING = str(2 ** 31 - 1)
 
 
-class _SumKey:
-    """A dense key for an additive chunk: push payload (+ agreement tail), pull the sum.
+class _SumWire:
+    """A dense key: push an array, pull the sum over workers."""
 
-    Codecs that agree by a round get a second, small key for it."""
-
-    def __init__(self, kv, key, codec, num_workers, agreement_key):
+    def __init__(self, transport, shape, dtype=np.float32):
         from mxnet import ndarray
-        self.key, self.codec = key, codec
-        self.words = codec.sum_words(num_workers)
-        self.tail = tail_words(codec)
-        self.step_bytes = (self.words + self.tail) * np.dtype(codec.sum_dtype).itemsize
-        shape = codec.sum_shape(num_workers)
-        if self.tail:
-            shape = (self.words + self.tail,)
-        self.pulled = ndarray.zeros(shape, dtype=codec.sum_dtype)
-        kv.init(key, ndarray.zeros(shape, dtype=codec.sum_dtype))
-        self.agreement_key = agreement_key
-        if agreement_key is not None:
-            self.round_sum = ndarray.zeros((codec.agreement_words,), dtype=np.float32)
-            kv.init(agreement_key, self.round_sum)
+        self.shape = tuple(shape)
+        self.key = transport.new_key()
+        self.pulled = ndarray.zeros(self.shape, dtype=dtype)
+        transport.kv.init(self.key, ndarray.zeros(self.shape, dtype=dtype))
+        self.step_bytes = int(np.prod(self.shape)) * np.dtype(dtype).itemsize
 
-    def payload(self, grad, residual, num_workers, agreement):
-        """What this worker pushes: the encoded chunk, then the agreement tail."""
-        words = self.codec.encode_sum(grad, residual, num_workers,
-                                      settled(self.codec, agreement, num_workers))
-        if not self.tail:
-            return words
-        from mxnet import ndarray
-        return ndarray.concat(words, agreement.contribution(grad, residual), dim=0)
+    def push(self, kv, request):
+        kv.push(self.key, request.array)
+        return self.step_bytes
 
-    def result(self, num_workers, agreement):
-        """The decoded sum; the tail becomes the next step's agreement."""
-        params = settled(self.codec, agreement, num_workers)
-        if not self.tail:
-            return self.codec.decode_sum(self.pulled, num_workers, params)
-        out = self.codec.decode_sum(self.pulled[:self.words], num_workers, params)
-        agreement.agreed_by_previous(self.pulled[self.words:])
-        return out
+    def pull(self, kv):
+        kv.pull(self.key, out=self.pulled)
+        return self.step_bytes
+
+    def result(self):
+        return self.pulled
 
 
-class _SlotKey:
-    """A row_sparse key with one slot of rows per worker (server-decode mode)."""
+class _GatherWire:
+    """A row_sparse key with one slot of rows per worker, and a last row that holds the
+    reply request (aggregate.py) the servers read."""
 
-    def __init__(self, kv, key, codec, rank, num_workers):
+    def __init__(self, transport, shape):
         from mxnet import ndarray
         from mxnet.ndarray import sparse
-        self.key, self.codec = key, codec
-        self.payload_words = codec.payload_words()
-        self.width = min(ROW_WIDTH, self.payload_words)
+        transport.set_aggregator()
+        self.shape = tuple(shape)
+        self.payload_words, self.size, self.reply, self.reply_words = shape
+        self.key = transport.new_key()
+        rank, num_workers = transport.rank, transport.num_workers
+        self.width = max(min(ROW_WIDTH, self.payload_words), REPLY_WORDS)
         self.rows_per_slot = -(-self.payload_words // self.width)
-        self.result_rows = -(-codec.size // self.width)
-        rows = max(num_workers * self.rows_per_slot, self.result_rows)
-        self.shape = (rows, self.width)
+        self.result_rows = -(-(self.reply_words or self.size) // self.width)
+        rows = max(num_workers * self.rows_per_slot, -(-self.size // self.width)) + 1
+        self.key_shape = (rows, self.width)
         self.slot = ndarray.zeros((self.rows_per_slot, self.width), dtype=np.float32)
         first = rank * self.rows_per_slot
         self.slot_rows = ndarray.arange(first, first + self.rows_per_slot, dtype='int64')
         self.result_row_ids = ndarray.arange(0, self.result_rows, dtype='int64')
-        self.pulled = sparse.zeros('row_sparse', self.shape, dtype=np.float32)
-        # a row_sparse key must be initialised with every row present
-        kv.init(key, sparse.row_sparse_array(
-            (ndarray.zeros(self.shape, dtype=np.float32), ndarray.arange(rows, dtype='int64')),
-            shape=self.shape))
+        self.pulled = sparse.zeros('row_sparse', self.key_shape, dtype=np.float32)
+        self.failed = None      # the last reply's decode status, checked at the next push
+        # a row_sparse key must be initialised with every row present; the last row
+        # tells the servers how to reply
+        init = np.zeros(self.key_shape, np.float32)
+        init[-1, :REPLY_WORDS] = reply_row(*(self.reply or FLOAT32_REPLY))
+        transport.kv.init(self.key, sparse.row_sparse_array(
+            (ndarray.array(init), ndarray.arange(rows, dtype='int64')),
+            shape=self.key_shape))
 
-    def push_pull(self, kv, payload):
+    def push(self, kv, request):
         from mxnet.ndarray import sparse
-        self.slot.reshape((-1,))[:self.payload_words] = payload
+        self._check_last_reply()
+        self.slot.reshape((-1,))[:self.payload_words] = request.payload
         kv.push(self.key, sparse.row_sparse_array((self.slot, self.slot_rows),
-                                                  shape=self.shape))
-        kv.row_sparse_pull(self.key, out=self.pulled, row_ids=self.result_row_ids)
-
-    def result(self):
-        """The pulled sum as a dense array, by an engine op (``cast_storage``; reading
-        ``pulled.data`` would wait here for this key's round trip, and ``tostype`` is
-        measured 7x slower)."""
-        from mxnet.ndarray import sparse
-        dense = sparse.cast_storage(self.pulled, 'default').reshape((-1,))
-        return dense[:self.codec.size].reshape(self.codec.shape)
-
-    def bytes_pushed(self):
+                                                  shape=self.key_shape))
         return self.slot.size * 4
 
-    def bytes_pulled(self):
+    def pull(self, kv):
+        kv.row_sparse_pull(self.key, out=self.pulled, row_ids=self.result_row_ids)
         return self.result_rows * self.width * 4
 
+    def result(self):
+        """The pulled sum as a dense array, by engine ops (``cast_storage``; reading
+        ``pulled.data`` would wait here for this key's round trip, and ``tostype`` is
+        measured 7x slower). A compressed reply is decoded here; its status is checked
+        at the next push, so that no key waits for its round trip before the next is
+        pushed (a malformed reply decodes to zeros and raises one step later)."""
+        from mxnet.ndarray import sparse
+        dense = sparse.cast_storage(self.pulled, 'default').reshape((-1,))
+        if self.reply is None:
+            return dense[:self.size]
+        reply = dense[:self.result_rows * self.width].reshape((1, -1))
+        total, self.failed = op('kvx_decode_slots')(reply, size=self.size)
+        return total
 
-def _exit_on_uncaught_exception():
-    """Make an uncaught exception end this worker at once with exit code 1.
+    def _check_last_reply(self):
+        if self.failed is not None:
+            code, self.failed = int(self.failed.asnumpy()[0]), None
+            if code:
+                raise PayloadError('compressed reply of server key %d rejected: %s'
+                                   % (self.key, status_message(code)))
 
-    Why: after a normal interpreter exit, ps-lite's shutdown waits at a barrier for
-    the other workers, who wait for this worker's next push: the whole job hangs
-    (measured). Exiting hard lets the launcher see the failure and stop every node.
-    """
-    previous = sys.excepthook
 
-    def hook(kind, value, traceback):
-        previous(kind, value, traceback)
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(1)
+_WIRES = {'sum': _SumWire, 'gather': _GatherWire}
 
-    if getattr(sys.excepthook, '__name__', '') != 'hook':
-        sys.excepthook = hook
+
+def gather_wire_bytes(payload_words, pulled_words):
+    """(bytes pushed, bytes pulled) of a Gather round here: payload and reply are
+    padded to whole rows."""
+    width = max(min(ROW_WIDTH, payload_words), REPLY_WORDS)
+    return 4 * width * -(-payload_words // width), 4 * width * -(-pulled_words // width)
 
 
 class PSTransport:
     """This process is a worker of a job started by a launcher (DMLC_* variables)."""
 
-    def __init__(self, scheme):
+    def __init__(self):
         from mxnet import kvstore as mx_kvstore
-        _exit_on_uncaught_exception()
+        exit_on_uncaught_exception()
         os.environ['MXNET_KVSTORE_BIGARRAY_BOUND'] = _NO_SLICING
-        self._kv = mx_kvstore.create('dist_sync')
-        self.rank, self.num_workers = self._kv.rank, self._kv.num_workers
+        self.kv = mx_kvstore.create('dist_sync')
+        self.rank, self.num_workers = self.kv.rank, self.kv.num_workers
         self._aggregator_set = False
         self._next_key = 0
         self._params = {}
-        self._wire = {}
+        self._wires = {}      # (key, chunk, round name) -> wire
 
-    def _new_key(self):
+    def new_key(self):
         self._next_key += 1
         return self._next_key - 1
 
-    def configure(self, scheme):
-        """Scheme parameters only change codecs, which are declared later."""
-
-    def _set_aggregator(self):
-        """Install the server-side aggregator before the first server-decode key.
+    def set_aggregator(self):
+        """Install the server-side aggregator before the first Gather key.
 
         Only then: once an updater is set, the server calls it (Python) for every key
         and round, which costs plain float32 keys time they do not cost in dist_sync;
-        a scheme with no server-decode key (dist_sync_none, homomorphic Hylo) never
-        sets one. Every worker declares keys in the same order, so all of them get
-        here before their first server-decode push."""
+        a scheme with no Gather round (dist_sync_none, homomorphic Hylo) never sets one.
+        Every worker makes keys in the same order, so all of them get here before
+        their first Gather push."""
         if not self._aggregator_set:
-            self._kv.set_optimizer(ServerAggregator(self.num_workers))
+            self.kv.set_optimizer(ServerAggregator(self.num_workers))
             self._aggregator_set = True
+
+    def _wire(self, key, chunk, name, kind, shape):
+        """The wire of a round, made (or made anew) when first seen or reshaped."""
+        wire = self._wires.get((key, chunk, name))
+        if wire is None or type(wire) is not _WIRES[kind] or wire.shape != shape:
+            wire = self._wires[(key, chunk, name)] = _WIRES[kind](self, shape)
+        return wire
 
     def broadcast(self, key, value):
         """Rank 0's value, through a dense key of its own (MXNet's init + pull)."""
         if key in self._params:
             raise RuntimeError('key %r was already broadcast: a dist kvstore initialises '
                                'each key once' % (key,))
-        self._params[key] = self._new_key()
+        self._params[key] = self.new_key()
         out = value.copy()
-        self._kv.broadcast(self._params[key], value, out=out)
+        self.kv.broadcast(self._params[key], value, out=out)
         return out
 
-    def declare(self, key, chunks):
-        wire = []
-        for chunk in chunks:
-            codec = chunk.codec
-            if codec.additive:
-                # every codec that agrees needs a round key: 'previous' for its first step
-                agreement = self._new_key() if codec.agreement_words else None
-                wire.append(_SumKey(self._kv, self._new_key(), codec, self.num_workers,
-                                    agreement))
-            else:
-                self._set_aggregator()
-                wire.append(_SlotKey(self._kv, self._new_key(), codec, self.rank,
-                                     self.num_workers))
-        self._wire[key] = wire
+    def exchange(self, key, requests):
+        """One stage of rounds of a tensor's chunks: make missing keys, push every
+        request, then pull every result. Returns (results, bytes pushed, bytes pulled)."""
+        wires = [self._wire(key, chunk, r.name, r.kind, r.shape) for chunk, r in requests]
+        pushed = sum(w.push(self.kv, r) for w, (_, r) in zip(wires, requests))
+        pulled = sum(w.pull(self.kv) for w in wires)
+        return [w.result() for w in wires], pushed, pulled
 
     def pushpull_plain(self, key, chunks, values, outs):
         """Uncompressed float32: MXNet's own pushpull (it sums devices) of each chunk,
-        on views of the arrays."""
+        on views of the arrays, through the chunk's Sum key."""
         traffic = 0
-        for w, chunk in zip(self._wire[key], chunks):
-            self._kv.pushpull(w.key, [chunk.view(v) for v in values],
-                              out=[chunk.view(o) for o in outs])
-            traffic += w.step_bytes
+        for index, chunk in enumerate(chunks):
+            wire = self._wire(key, index, 'payload', 'sum', chunk.codec.shape)
+            self.kv.pushpull(wire.key, [chunk.view(v) for v in values],
+                             out=[chunk.view(o) for o in outs])
+            traffic += wire.step_bytes
         return traffic, traffic
-
-    def pushpull(self, key, chunks, grad, residual, agreements):
-        """Push every chunk, then pull: the chunks of a tensor travel concurrently.
-
-        Agreement rounds, where needed, go first for all chunks, so their round trips
-        overlap too."""
-        wire = self._wire[key]
-        views = [(c.view(grad), c.view(residual) if residual is not None else None)
-                 for c in chunks]
-        pushed = pulled = 0
-        for w, (g, r), a in zip(wire, views, agreements):
-            if a is not None and a.needs_round():
-                self._kv.push(w.agreement_key, a.contribution(g, r))
-                self._kv.pull(w.agreement_key, out=w.round_sum)
-                a.agreed_by_round(w.round_sum)
-                pushed, pulled = pushed + 4 * a.words, pulled + 4 * a.words
-        for w, (g, r), a in zip(wire, views, agreements):
-            if isinstance(w, _SumKey):
-                self._kv.push(w.key, w.payload(g, r, self.num_workers, a))
-                self._kv.pull(w.key, out=w.pulled)
-                pushed += w.step_bytes
-                pulled += w.step_bytes
-            else:
-                w.push_pull(self._kv, w.codec.encode(g, r))
-                pushed += w.bytes_pushed()
-                pulled += w.bytes_pulled()
-        parts = [w.result(self.num_workers, a) if isinstance(w, _SumKey) else w.result()
-                 for w, a in zip(wire, agreements)]
-        return assemble(chunks, parts, grad.shape), pushed, pulled
-
-    def barrier(self):
-        self._kv._barrier()

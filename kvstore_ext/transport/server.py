@@ -4,10 +4,13 @@ MXNet pickles it to every server, where it is called as an optimizer's ``update`
 for every key with ``grad`` = the round's merged push and ``weight`` = the stored
 value that workers pull:
 
-* dense keys (additive payloads, sum mode): the merge is the sum; store it;
-* ``row_sparse`` keys (server-decode mode): each worker pushed only its own slot of
+* dense keys (``Sum`` rounds): the merge is the sum; store it;
+* ``row_sparse`` keys (``Gather`` rounds): each worker pushed only its own slot of
   rows, so the merge is a gather of every worker's payload; one C++ op decodes each
   slot, sums in float32 (in worker order) and the sum goes into the key's first rows.
+  The key's last row is its reply request (aggregate.py), set when the key was
+  initialised: float32, or the sum re-encoded by the workers' codec with a residual
+  kept here, per key (two-way compression).
 
 A malformed payload never crashes the server: it is logged with the key and the
 worker, and the round's result is filled with NaN so the workers see it.
@@ -20,7 +23,7 @@ import logging
 import numpy as np
 from mxnet.optimizer import Optimizer
 
-from ..aggregate import decode_slots
+from ..aggregate import decode_slots, parse_reply_row, reencode
 from ..errors import PayloadError
 
 log = logging.getLogger('kvstore_ext.server')
@@ -33,6 +36,7 @@ class ServerAggregator(Optimizer):
         super().__init__()
         self.num_workers = int(num_workers)
         self._row_ids = {}
+        self._replies = {}       # key -> (reply request, server residual or None)
 
     def create_state(self, index, weight):
         return None
@@ -41,26 +45,48 @@ class ServerAggregator(Optimizer):
         if weight.stype != 'row_sparse':
             grad.copyto(weight)
             return
+        from mxnet import ndarray
+        rows, width = weight.shape
+        reply_row = None
         try:
-            total = self._decode_slots(grad, weight.shape)
+            reply_row, request, residual = self._reply(index, weight)
+            total = self._decode_slots(grad, (rows - 1) * width)
+            payload = reencode(total, residual, request)
+            if payload is not None:
+                total = ndarray.zeros((rows - 1) * width, dtype=np.float32)
+                total[:payload.size] = payload
         except Exception as err:  # noqa: BLE001  a server must outlive any payload
             log.error('key %s: payload rejected, result set to NaN: %s', index, err)
-            from mxnet import ndarray
-            total = ndarray.full(weight.shape, np.nan, dtype=np.float32)
-        self._store(weight, total)
+            total = ndarray.full((rows - 1) * width, np.nan, dtype=np.float32)
+        if reply_row is None:
+            reply_row = ndarray.full((width,), np.nan, dtype=np.float32)
+        self._store(weight, ndarray.concat(total.reshape((rows - 1, width)),
+                                           reply_row.reshape((1, width)), dim=0))
 
     update_multi_precision = update
 
-    def _decode_slots(self, grad, shape):
-        """The sum of the payloads in ``grad``'s worker slots, as a (rows, width) array:
-        one C++ op decodes every slot (kernels.h: decode_slots) and reports per worker."""
+    def _reply(self, index, weight):
+        """(reply row, request, residual) of a key, read from its last row once."""
+        known = self._replies.get(index)
+        if known is None:
+            from mxnet import ndarray
+            row = weight.data[weight.shape[0] - 1].copy()
+            request = parse_reply_row(row.asnumpy())
+            residual = ndarray.zeros((request[1],), dtype=np.float32) \
+                if request[0] != 1 else None
+            known = self._replies[index] = (row, request, residual)
+        return known
+
+    def _decode_slots(self, grad, capacity):
+        """The sum of the payloads in ``grad``'s worker slots (``capacity`` floats): one
+        C++ op decodes every slot (kernels.h: decode_slots) and reports per worker."""
         rows = grad.indices.asnumpy()
         if rows.size == 0 or rows.size % self.num_workers or \
                 not np.array_equal(rows, np.arange(rows.size)):
             raise PayloadError('expected %d equal worker slots, got rows %s'
                                % (self.num_workers, rows[:8]))
         slots = grad.data.reshape((self.num_workers, -1))
-        return decode_slots(slots, shape[0] * shape[1]).reshape(shape)
+        return decode_slots(slots, capacity)
 
     def _store(self, weight, total):
         """Replace the row_sparse ``weight`` by ``total`` with every row present (the

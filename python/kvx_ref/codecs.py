@@ -174,7 +174,17 @@ def _ternary_residual(acc, codes, t):
     return (acc.reshape(-1) - codes.astype(f32) * f32(t)).astype(f32).reshape(acc.shape)
 
 
-def ternary_encode(grad, residual, scale, threshold=0.0):
+def mean_above(acc, t):
+    """mean |acc| over |acc| >= t (t if none): float64 summed in element order, then
+    float32 (issue 9: the least-squares value of the values a threshold selects)."""
+    mag = np.abs(acc.reshape(-1))
+    sel = mag[mag >= t].astype(np.float64)
+    if sel.size == 0:
+        return f32(t)
+    return f32(np.cumsum(sel)[-1] / sel.size)
+
+
+def ternary_encode(grad, residual, scale, threshold=0.0, mean_value=False):
     """Each value becomes 0, +t or -t; t = ``threshold`` if > 0, else adaptive.
 
     Payload: header (a = t, b = 3), then codes + 1 as base-3 digits, 15 per float32.
@@ -189,10 +199,11 @@ def ternary_encode(grad, residual, scale, threshold=0.0):
     if not np.isfinite(t):
         return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
     codes = ternary_codes(acc, t)
+    v = mean_above(acc, t) if (mean_value and t > 0) else t
     body = pack_digits(codes + 1, TERNARY_BASE, f32)
-    payload = np.concatenate([make_header(wire.TERNARY, acc.size, t, TERNARY_BASE, body.size),
+    payload = np.concatenate([make_header(wire.TERNARY, acc.size, v, TERNARY_BASE, body.size),
                               body])
-    return payload, _ternary_residual(acc, codes, t), OK
+    return payload, _ternary_residual(acc, codes, v), OK
 
 
 def ternary_decode(payload, n):
@@ -224,7 +235,7 @@ def sum_words(n, num_workers):
     return -(-n // digits_per_word(sum_base(num_workers), f32))
 
 
-def ternary_encode_sum(grad, residual, threshold, num_workers):
+def ternary_encode_sum(grad, residual, threshold, num_workers, value=0.0):
     """Homomorphic FC: agreed t; codes + 1 as base-(2n+1) digits in float32, no header.
 
     Float32 words because MXNet's dist server sums float64 pushes in float32 (measured:
@@ -241,8 +252,8 @@ def ternary_encode_sum(grad, residual, threshold, num_workers):
         return (np.zeros(sum_words(acc.size, num_workers), f32),
                 np.asarray(residual, f32).copy(), NONFINITE)
     codes = ternary_codes(acc, f32(threshold))
-    return (pack_digits(codes + 1, base, f32),
-            _ternary_residual(acc, codes, f32(threshold)), OK)
+    v = f32(value) if value > 0 else f32(threshold)    # what a code stands for
+    return (pack_digits(codes + 1, base, f32), _ternary_residual(acc, codes, v), OK)
 
 
 def ternary_decode_sum(words, threshold, num_workers, n):

@@ -14,6 +14,27 @@ SHAPES = {'conv': (24, 8, 3, 3), 'fc': (70, 33), 'bias': (50,), 'wide': (5000,)}
 CONTEXT_COUNT = 2
 
 
+def replanning_scheme():
+    """A Hylo that re-plans at steps 2 and 4 (the test's reference follows it): from
+    server decoding to homomorphic with another conv rate and size threshold (fc goes
+    float32, its residual flushed; wide goes additive), then back to server decoding."""
+    from kvstore_ext.schemes import Hylo
+
+    class ReplanningHylo(Hylo):
+        name = 'test_replan'
+        PHASES = ({}, {'aggregation': 'homomorphic', 'conv_rate': 0.5,
+                       'size_threshold': 3000}, {'conv_rate': 0.5})
+
+        def replans_at(self, step):
+            return step in (2, 4)
+
+        def codec_for(self, shape, dtype, step=0):
+            phase = Hylo(**dict(self.params, **self.PHASES[min(step // 2, 2)]))
+            return phase.codec_for(shape, dtype)
+
+    return ReplanningHylo
+
+
 def gradient(rank, step, key, device):
     """The gradient a device of a worker produces (same function in the test)."""
     seed = [rank, step, device, sorted(SHAPES).index(key)]
@@ -32,6 +53,7 @@ def main():
 
     import mxnet as mx
     import kvstore_ext  # noqa: F401  registers the kvstore types
+    kvstore_ext.register_scheme(replanning_scheme())
     kv = mx.kv.create(args.kvstore)
     kv.set_gradient_compression(json.loads(args.params))
     ctxs = [mx.cpu(i) for i in range(CONTEXT_COUNT)]
@@ -41,6 +63,7 @@ def main():
     kv.broadcast('param', value, outs)
     record = {'broadcast': outs[1].asnumpy()}
 
+    plans = {}
     for step in range(args.steps):
         for key in SHAPES:
             vals = [mx.nd.array(gradient(kv.rank, step, key, d), ctx=c)
@@ -50,13 +73,15 @@ def main():
             state = kv._keys[key]
             if state.residual is not None:
                 record['res/%s/%d' % (key, step)] = state.residual.asnumpy()
-            for i, agreement in enumerate(state.agreements or []):
-                if agreement is not None:       # what this step was encoded with
-                    record['agreed/%s/%d/%d' % (key, step, i)] = agreement.used.asnumpy()
+            for i, chunk_state in enumerate(state.chunk_states):
+                agreed = chunk_state.last.get('agreed')
+                if agreed is not None:          # what this step was encoded with
+                    record['agreed/%s/%d/%d' % (key, step, i)] = agreed.asnumpy()
+        plans[step] = kv.codec_plan()
     np.savez(os.path.join(args.out, 'rank%d.npz' % kv.rank), **record)
     with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:
         json.dump({'rank': kv.rank, 'num_workers': kv.num_workers, 'type': kv.type,
-                   'stats': kv.comm_stats(), 'plan': kv.codec_plan()}, f)
+                   'stats': kv.comm_stats(), 'plans': plans}, f)
 
 
 if __name__ == '__main__':

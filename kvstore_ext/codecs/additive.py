@@ -1,0 +1,147 @@
+"""Hylo's additive variant (``aggregation='homomorphic'``, after THC): payloads the
+stock server simply adds, so the pull stays compressed (two-way compression).
+
+Workers first agree on what makes their payloads add up, from a statistic of each
+worker's ``acc`` summed over workers (agreed.py):
+
+* FC (ternary): each worker contributes ``sum|acc|``; all then use
+  ``t = scale * total / (num_workers * n)``, the mean of the thresholds each would
+  have chosen alone. With ``value='mean'`` (Hylo's default) a code stands for the mean
+  |acc| of the selected values rather than t: each worker also contributes the sum and
+  the count of its |acc| at or above its own threshold, and all use
+  ``v = max(sum / count, t)``. Codes + 1 are packed as base-(2n+1) digits in float32 words, D
+  digits a word with (2n+1)**D <= 2**24, so the server's float32 sum (in any order) is
+  exactly the packing of the summed codes + n. Not float64: MXNet's dist server sums
+  float64 pushes in float32 (measured), which would round words above 2**24.
+* Conv (filter selection): each worker contributes its per-filter scores (squared
+  L2 norms of ``acc``); all pick the same top-k filters of the summed scores and
+  send only their values (no indices), which add.
+"""
+import math
+
+import numpy as np
+
+from .agreed import AgreedCodec
+from .base import check_decoded, check_encoded
+from ..ops import op, shape_attr
+
+
+def digits_per_float32(base):
+    """Largest D with base**D <= 2**24, so every packed word, and the sum of the
+    workers' words, is an integer float32 holds exactly."""
+    digits, power = 0, 1
+    while power * base <= 1 << 24:
+        power *= base
+        digits += 1
+    return digits
+
+
+class AdditiveTernaryCodec(AgreedCodec):
+    name = 'ternary-additive'
+
+    def __init__(self, shape, scale=1.0, threshold=0.0, agreement='previous', value='t'):
+        super().__init__(shape, agreement)
+        if value not in ('t', 'mean'):
+            raise ValueError("value must be 't' or 'mean', got %r" % (value,))
+        self.scale, self.threshold, self.value = float(scale), float(threshold), value
+        # words: [sum|acc|], and for value 'mean' [.., sum of |acc| >= t_w, their count]
+        self.agreement_words = 0 if self.threshold > 0 else (3 if value == 'mean' else 1)
+
+    def chunk(self, start, stop):
+        return type(self)((stop - start,), self.scale, self.threshold, self.agreement,
+                          self.value)
+
+    def sum_words(self, num_workers):
+        return -(-self.size // digits_per_float32(2 * num_workers + 1))
+
+    def statistic(self, grad, residual):
+        if self.agreement_words == 1:
+            return op('kvx_acc_abs_sum')(grad, residual)
+        # [sum|acc|, sum of |acc| >= t_w, count], t_w = scale * mean|acc| of this
+        # worker's own acc (what it would select alone): no state, and the sum over
+        # workers is the same on every worker (MXNet ops: a temporary of the chunk)
+        from mxnet import ndarray
+        magnitude = (grad.reshape((-1,)) + residual.reshape((-1,))).abs()
+        total = magnitude.sum()
+        above = magnitude >= total * (self.scale / self.size)
+        return ndarray.concat(total, (magnitude * above).sum(), above.sum(), dim=0)
+
+    def settle(self, agreed, num_workers):
+        """(t, v), float32 values identical on every worker: t fixed or from the agreed
+        total; v = t, or for value 'mean' the agreed mean of the selected magnitudes."""
+        if self.threshold > 0:
+            t = float(np.float32(self.threshold))
+            return t, t
+        stats = agreed.asnumpy().astype(np.float64)
+        t = float(np.float32(self.scale * stats[0] / (num_workers * self.size)))
+        # not finite: a worker sent NaN/Inf; t = 0 lets our encoder report ours, if any
+        t = t if math.isfinite(t) else 0.0
+        if self.agreement_words == 1 or stats[2] <= 0:
+            return t, t
+        v = float(np.float32(stats[1] / stats[2]))
+        return t, (max(v, t) if math.isfinite(v) else t)
+
+    def encode_sum(self, grad, residual, num_workers, settled):
+        t, v = settled
+        words, status = op('kvx_ternary_encode_sum')(grad, residual, threshold=t,
+                                                     num_workers=num_workers,
+                                                     value=v)
+        check_encoded(status)
+        return words
+
+    def decode_sum(self, summed, num_workers, settled):
+        out, status = op('kvx_ternary_decode_sum')(summed, threshold=settled[1],
+                                                   num_workers=num_workers,
+                                                   shape=shape_attr(self.shape))
+        check_decoded(status, 'summed ternary payload')
+        return out
+
+    def describe(self):
+        value = ', value mean|acc| of the sent' if self.value == 'mean' else ''
+        if self.threshold > 0:
+            return 'ternary (additive), t = %g%s' % (self.threshold, value)
+        return 'ternary (additive), t agreed (%s)%s' % (self.agreement, value)
+
+
+class AdditiveTopKCodec(AgreedCodec):
+    name = 'topk-additive'
+    chunk_by_rows = True
+
+    def __init__(self, shape, k, agreement='previous'):
+        super().__init__(shape, agreement)
+        self.k = int(k)
+        self.filter_size = self.size // self.shape[0]
+        self.agreement_words = self.shape[0]
+
+    def chunk(self, start, stop):
+        filters = stop - start
+        k = min(max(math.ceil(self.k * filters / self.shape[0]), 1), filters)
+        return type(self)((filters,) + self.shape[1:], k, self.agreement)
+
+    def sum_words(self, num_workers):
+        return self.k * self.filter_size
+
+    def statistic(self, grad, residual):
+        return op('kvx_acc_filter_scores')(grad, residual)
+
+    def settle(self, agreed, num_workers):
+        """The k filters with the largest summed scores, ties to the lower index."""
+        scores = agreed.asnumpy().astype(np.float64)
+        scores[~np.isfinite(scores)] = np.inf
+        order = np.lexsort((np.arange(scores.size), -scores))
+        from mxnet import ndarray
+        return ndarray.array(np.sort(order[:self.k]), dtype=np.float32)
+
+    def encode_sum(self, grad, residual, num_workers, settled):
+        values, status = op('kvx_topk_gather')(grad, residual, settled)
+        check_encoded(status)
+        return values
+
+    def decode_sum(self, summed, num_workers, settled):
+        out, status = op('kvx_topk_scatter')(summed, settled, shape=shape_attr(self.shape))
+        check_decoded(status, 'summed filter values')
+        return out
+
+    def describe(self):
+        return 'top %d of %d filters (additive, agreed (%s))' % (self.k, self.shape[0],
+                                                                 self.agreement)

@@ -1,0 +1,120 @@
+"""The contract every registered scheme meets, tested over the registry: a scheme is
+tested here by being registered (kvstore_ext.SCHEMES), with its default parameters.
+
+In one process (rank 0 of 1), over several steps of layer-shaped gradients:
+* every output has the tensor's shape and is finite;
+* error feedback loses nothing: what came back plus what stays in the residuals equals
+  the sum of the gradients (the memory is applied, not only kept);
+* the byte counters agree with the codecs' own sizes (``Codec.wire_words``);
+* the state survives a checkpoint: a resumed store continues bit for bit;
+* a NaN raises NonFiniteGradientError and changes no state.
+"""
+import numpy as np
+import pytest
+import mxnet as mx
+
+import kvstore_ext
+from kvstore_ext import NonFiniteGradientError, chunking
+
+SHAPES = {'conv': (64, 64, 3, 3), 'fc': (256, 300), 'bias': (64,), 'wide': (70000,)}
+STEPS = 4
+
+
+def grad(key, step):
+    rng = np.random.default_rng([step, sorted(SHAPES).index(key)])
+    return (rng.standard_normal(SHAPES[key]) * 0.01).astype(np.float32)
+
+
+def residuals(kv):
+    """Every residual of the store, worker side and (one process) server side."""
+    out = {k: s.residual.asnumpy() for k, s in kv._keys.items() if s.residual is not None}
+    for (key, _, _), res in getattr(kv._transport, '_server_residuals', {}).items():
+        out[key] = out.get(key, 0) + res.asnumpy().reshape(SHAPES[key])
+    return out
+
+
+def run(kv, steps):
+    outs = {k: [] for k in SHAPES}
+    for step in steps:
+        for key in SHAPES:
+            value = mx.nd.array(grad(key, step))
+            kv.pushpull(key, value)
+            outs[key].append(value.asnumpy())
+    return outs
+
+
+@pytest.fixture(params=sorted(kvstore_ext.SCHEMES))
+def name(request):
+    return 'dist_sync_' + request.param
+
+
+def test_outputs_and_error_feedback(name):
+    kv = mx.kv.create(name)
+    outs = run(kv, range(STEPS))
+    kept = residuals(kv)
+    for key, shape in SHAPES.items():
+        assert all(o.shape == shape and np.isfinite(o).all() for o in outs[key])
+        total = sum(grad(key, s) for s in range(STEPS))
+        came_back = sum(outs[key])
+        np.testing.assert_allclose(came_back + kept.get(key, 0), total, rtol=1e-4,
+                                   atol=1e-4, err_msg='%s %s' % (name, key))
+
+
+def test_bytes_match_the_codecs(name):
+    kv = mx.kv.create(name)
+    run(kv, range(2))
+    pushed = pulled = first_round = 0
+    for key, state in kv._keys.items():
+        for chunk in state.chunks:
+            for _, kind, up, down in chunk.codec.wire_words(1):
+                pushed, pulled = pushed + 4 * up, pulled + 4 * down
+            if getattr(chunk.codec, 'carries', False):    # the first step agrees by a round
+                first_round += 4 * chunk.codec.agreement_words
+    stats = kv.comm_stats()
+    assert stats['push_bytes'] == 2 * pushed + first_round
+    assert stats['pull_bytes'] == 2 * pulled + first_round
+    assert stats['raw_bytes'] == 2 * sum(4 * int(np.prod(s)) for s in SHAPES.values())
+
+
+def test_state_survives_a_checkpoint(name, tmp_path):
+    kv = mx.kv.create(name)
+    run(kv, range(2))
+    path = str(tmp_path / 'state.kvx')
+    kv.save_compression_state(path)
+    resumed = mx.kv.create(name)
+    resumed.load_compression_state(path)
+    assert resumed.comm_stats() == kv.comm_stats()
+    a, b = run(kv, range(2, 4)), run(resumed, range(2, 4))
+    for key in SHAPES:
+        for x, y in zip(a[key], b[key]):
+            assert np.array_equal(x, y), (name, key)
+
+
+def test_nan_changes_no_state(name):
+    kv = mx.kv.create(name)
+    run(kv, range(1))
+    before = residuals(kv)
+    for key in ('conv', 'fc', 'wide'):
+        g = grad(key, 5)
+        g.reshape(-1)[-1] = np.nan
+        codec = kv._keys[key].codec
+        if codec.passthrough:          # float32 as it is: MXNet's dist_sync semantics
+            continue
+        with pytest.raises(NonFiniteGradientError):
+            kv.pushpull(key, mx.nd.array(g))
+    after = residuals(kv)
+    assert sorted(before) == sorted(after)
+    for key in before:
+        assert np.array_equal(before[key], after[key]), (name, key)
+
+
+def test_chunks_cover_every_element(name):
+    """Large tensors are cut so that every element belongs to exactly one chunk."""
+    scheme = kvstore_ext.SCHEMES[name[len('dist_sync_'):]](chunk_size=4096)
+    for shape in SHAPES.values():
+        codec = scheme.codec_for(shape, np.float32)
+        marks = mx.nd.zeros(shape)
+        for chunk in chunking.split(codec, 4096):
+            view = chunk.view(marks)
+            view += 1
+        assert (marks.asnumpy() == 1).all()
