@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+from training import cli, data, deps, errors, kvstore_setup, runner  # noqa: E402
 
 MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32).reshape(1, 3, 1, 1)
 STD = np.array([0.2023, 0.1994, 0.2010], np.float32).reshape(1, 3, 1, 1)
@@ -58,7 +58,7 @@ def find_files(data_dir, dataset):
             if all(os.path.isfile(p) for p in paths):
                 return version, paths[:len(train)], paths[len(train):]
     binary, python = layouts[0], layouts[1]
-    raise common.UsageError(
+    raise errors.UsageError(
         '--data-dir %s: no %s data there; put the binary version (%s, %s; what MXNet\'s '
         'gluon.data.vision reads; also accepted in %s/) or the python version (%s, %s; also '
         'in %s/) in that folder. Nothing is downloaded.'
@@ -76,7 +76,7 @@ def read_binary(path, dataset):
     raw = np.fromfile(path, dtype=np.uint8)
     width = 3072 + label_bytes
     if raw.size == 0 or raw.size % width:
-        raise common.UsageError('%s: not a %s binary batch file (%d bytes, not a multiple of '
+        raise errors.UsageError('%s: not a %s binary batch file (%d bytes, not a multiple of '
                                 'the %d-byte record)' % (path, LAYOUTS[dataset][0], raw.size,
                                                          width))
     raw = raw.reshape(-1, width)
@@ -88,7 +88,7 @@ def read_python(path, dataset):
         try:
             batch = pickle.load(f, encoding='bytes')
         except Exception as e:     # a truncated or foreign file: say which
-            raise common.UsageError('%s: not a %s python batch file (%s)'
+            raise errors.UsageError('%s: not a %s python batch file (%s)'
                                     % (path, LAYOUTS[dataset][0], e))
     labels = batch[b'labels' if dataset == 'cifar10' else b'fine_labels']
     data = np.asarray(batch[b'data'], dtype=np.uint8)
@@ -121,9 +121,9 @@ def augment(x, rng, pad=4):
 
 
 def parse_args():
-    p = common.base_parser(*__doc__.split('\n\n', 1),
-                           num_epochs=200, batch_size=128, lr=0.1, lr_mode='step',
-                           lr_steps='100,150', optimizer='nag', wd=1e-4)
+    p = cli.base_parser(*__doc__.split('\n\n', 1),
+                        num_epochs=200, batch_size=128, lr=0.1, lr_mode='step',
+                        lr_steps='100,150', optimizer='nag', wd=1e-4)
     g = p.script_group
     g.add_argument('--model', default='cifar_resnet20_v1',
                    help='a gluoncv CIFAR model (cifar_resnet20_v1, cifar_resnet56_v1, '
@@ -147,12 +147,12 @@ def main():
 
     def make_data(kv, worker_batch):
         if args.synthetic:
-            return common.SyntheticData(args, (3, 32, 32), classes, TRAIN_SIZE, TEST_SIZE,
-                                        kv.rank, kv.num_workers, worker_batch)
+            return data.SyntheticData(args, (3, 32, 32), classes, TRAIN_SIZE, TEST_SIZE,
+                                      kv.rank, kv.num_workers, worker_batch)
         x_train, y_train, x_test, y_test = load(args.data_dir, args.dataset)
-        return common.ArrayData(args, x_train, y_train, x_test, y_test, kv.rank,
-                                kv.num_workers, worker_batch, augment=augment,
-                                prepare=normalize)
+        return data.ArrayData(args, x_train, y_train, x_test, y_test, kv.rank,
+                              kv.num_workers, worker_batch, augment=augment,
+                              prepare=normalize)
 
     def make_net(ctxs):
         import mxnet as mx
@@ -161,15 +161,16 @@ def main():
         return net
 
     get_net(args.model, classes, args.drop_rate, check_only=True)
-    common.run(args, '%s-%s' % (args.dataset, args.model), check_data, make_data, make_net,
+    runner.run(args, '%s-%s' % (args.dataset, args.model), check_data, make_data, make_net,
                classes=classes, extra_summary={'model': args.model, 'dataset': args.dataset})
 
 
 def get_net(model, classes, drop_rate, check_only=False):
-    common.import_mxnet()
-    from gluoncv.model_zoo import get_model, get_model_list
+    kvstore_setup.import_mxnet()
+    zoo = deps.require_or_exit('gluoncv.model_zoo', "--model (gluoncv's CIFAR models)")
+    get_model, get_model_list = zoo.get_model, zoo.get_model_list
     if model not in get_model_list():
-        common.fail('unknown --model %r; CIFAR models: %s' % (
+        errors.fail('unknown --model %r; CIFAR models: %s' % (
             model, ', '.join(m for m in get_model_list() if m.startswith('cifar_'))))
     if check_only:
         return None

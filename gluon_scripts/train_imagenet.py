@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+from training import cli, data, deps, errors, kvstore_setup, runner  # noqa: E402
 
 MEAN_RGB = [123.68, 116.779, 103.939]
 STD_RGB = [58.393, 57.12, 57.375]
@@ -29,10 +29,10 @@ REC = '~/.mxnet/datasets/imagenet/rec/'
 
 
 def parse_args():
-    p = common.base_parser(*__doc__.split('\n\n', 1),
-                           num_epochs=120, batch_size=32, lr=0.1, lr_mode='cosine',
-                           lr_steps='30,60,90', warmup_epochs=5, optimizer='nag', wd=1e-4,
-                           save_dir='params', log_interval=50)
+    p = cli.base_parser(*__doc__.split('\n\n', 1),
+                        num_epochs=120, batch_size=32, lr=0.1, lr_mode='cosine',
+                        lr_steps='30,60,90', warmup_epochs=5, optimizer='nag', wd=1e-4,
+                        save_dir='params', log_interval=50)
     g = p.script_group
     g.add_argument('--model', default='resnet50_v1',
                    help='a gluoncv model zoo classification model (resnet18_v1, resnet50_v1b, '
@@ -73,10 +73,10 @@ class RecordData:
         self.mx, self.args, self.rank, self.num_workers = mx, args, rank, num_workers
         self.batch = worker_batch
         self.train_records = count_records(args.rec_train_idx)
-        self.batches_per_epoch = common.limit_batches(
-            self.train_records // num_workers // worker_batch, args.num_batches)
+        self.batches_per_epoch = data.limit_batches(
+          self.train_records // num_workers // worker_batch, args.num_batches)
         if self.batches_per_epoch < 1:
-            raise common.UsageError('%s has %d records: too few for %d worker(s) with %d '
+            raise errors.UsageError('%s has %d records: too few for %d worker(s) with %d '
                                     'images a step each' % (args.rec_train_idx,
                                                             self.train_records, num_workers,
                                                             worker_batch))
@@ -116,10 +116,11 @@ class RecordData:
 
 
 def get_net(args, check_only=False):
-    common.import_mxnet()
-    from gluoncv.model_zoo import get_model, get_model_list
+    kvstore_setup.import_mxnet()
+    zoo = deps.require_or_exit('gluoncv.model_zoo', "--model (gluoncv's model zoo)")
+    get_model, get_model_list = zoo.get_model, zoo.get_model_list
     if args.model not in get_model_list():
-        common.fail('unknown --model %r (see gluoncv.model_zoo.get_model_list(): resnet18_v1, '
+        errors.fail('unknown --model %r (see gluoncv.model_zoo.get_model_list(): resnet18_v1, '
                     'resnet50_v1, resnet50_v1b, vgg16, mobilenet1.0, ...)' % args.model)
     if check_only:
         return None
@@ -138,20 +139,20 @@ def main():
 
     def check_data():
         what = 'ImageNet RecordIO, as tools/im2rec.py writes; see docs/REPRODUCE.md'
-        common.check_files([('--rec-train', args.rec_train),
-                            ('--rec-train-idx', args.rec_train_idx),
-                            ('--rec-val', args.rec_val), ('--rec-val-idx', args.rec_val_idx)],
-                           what)
+        data.check_files([('--rec-train', args.rec_train),
+                          ('--rec-train-idx', args.rec_train_idx),
+                          ('--rec-val', args.rec_val), ('--rec-val-idx', args.rec_val_idx)],
+                         what)
         if args.input_size < 16:
-            raise common.UsageError('--input-size must be >= 16')
+            raise errors.UsageError('--input-size must be >= 16')
         if not 0 <= args.label_smoothing < 1:
-            raise common.UsageError('--label-smoothing must be in [0, 1)')
+            raise errors.UsageError('--label-smoothing must be in [0, 1)')
 
     def make_data(kv, worker_batch):
         if args.synthetic:
             side = args.input_size
-            return common.SyntheticData(args, (3, side, side), args.num_classes, TRAIN_SIZE,
-                                        VAL_SIZE, kv.rank, kv.num_workers, worker_batch)
+            return data.SyntheticData(args, (3, side, side), args.num_classes, TRAIN_SIZE,
+                                      VAL_SIZE, kv.rank, kv.num_workers, worker_batch)
         return RecordData(args, kv.rank, kv.num_workers, worker_batch)
 
     def make_net(ctxs):
@@ -161,7 +162,7 @@ def main():
         return net
 
     get_net(args, check_only=True)
-    common.run(args, 'imagenet-%s' % args.model, check_data, make_data, make_net,
+    runner.run(args, 'imagenet-%s' % args.model, check_data, make_data, make_net,
                classes=args.num_classes, label_smoothing=args.label_smoothing,
                extra_summary={'model': args.model, 'dataset': 'imagenet',
                               'input_size': args.input_size, 'num_classes': args.num_classes})

@@ -23,7 +23,10 @@ Why our own launcher rather than MXNet's ``tools/launch.py``:
 
 The ``worker N`` / ``server N`` labels are launch indices (also exported as
 ``DMLC_WORKER_ID`` / ``DMLC_SERVER_ID``); ps-lite's scheduler assigns ``kv.rank`` on
-its own, so the two need not match.
+its own, so the two need not match. A worker that prints ``announce_rank(kv.rank)``'s
+line once its kvstore exists (the training scripts do) is labelled by rank from then
+on (``[rank 0] ...``), and the launcher says which launch index that is
+(``[launch] worker 1 is kv.rank 0``).
 
 This module starts processes only: it imports nothing from kvstore_ext and never
 imports mxnet, so it also runs as a plain script (``python kvstore_ext/launch.py``).
@@ -32,6 +35,7 @@ import argparse
 import ctypes
 import importlib.util
 import os
+import re
 import runpy
 import shlex
 import signal
@@ -54,6 +58,9 @@ SSH_FORWARDED = ('OMP_NUM_THREADS', 'KMP_AFFINITY', 'LD_LIBRARY_PATH', 'DMLC_INT
                  'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'PYTHONPATH')
 SSH_FORWARDED_PREFIXES = ('MXNET_', 'PS_', 'KVSTORE_EXT_')
 PR_SET_PDEATHSIG = 1
+# The line a worker prints to tell the launcher its kv.rank (see announce_rank).
+RANK_LINE = '[kvstore_ext.launch] kv.rank %d'
+_RANK_LINE_RE = re.compile(rb'^\[kvstore_ext\.launch\] kv\.rank (\d+)\r?\n?$')
 
 
 @dataclass
@@ -68,6 +75,23 @@ class NodeSpec:
     @property
     def name(self):
         return 'scheduler' if self.role == 'scheduler' else '%s %d' % (self.role, self.rank)
+
+
+# ------------------------------------------------------------ worker side
+
+def announce_rank(rank, out=None):
+    """Tell the launcher this worker's ``kv.rank``: one line on stdout, printed once the
+    kvstore exists. Our launcher then labels the worker's output ``[rank R]`` instead
+    of its launch index; under any other launcher it is an ordinary log line."""
+    out = sys.stdout if out is None else out
+    out.write(RANK_LINE % int(rank) + '\n')
+    out.flush()
+
+
+def parse_rank_line(line):
+    """The rank in an ``announce_rank`` line (bytes), else None."""
+    match = _RANK_LINE_RE.match(line)
+    return int(match.group(1)) if match else None
 
 
 # ---------------------------------------------------------------- environments
@@ -96,13 +120,22 @@ def cluster_env(num_workers, num_servers, root_uri, root_port):
             'DMLC_PS_ROOT_URI': root_uri, 'DMLC_PS_ROOT_PORT': str(root_port)}
 
 
+# Servers and the scheduler compute no model: one OpenMP thread each. With more, the
+# row_sparse ops of server-side decoding start parallel sections whose helper threads
+# spin-wait on cores every node shares (measured, 4 workers + 2 servers on 2 cores:
+# 71% of a server's CPU in libgomp's wait loop; 20 -> 4.4 ms of server CPU a step).
+NON_WORKER_ENV = {'OMP_NUM_THREADS': '1'}
+
+
 def role_env(role, rank, node_host):
     """Variables that differ per node (ids as dmlc_tracker sets them)."""
     env = {'DMLC_ROLE': role, 'DMLC_NODE_HOST': node_host}
     if role == 'worker':
         env['DMLC_WORKER_ID'] = str(rank)
-    elif role == 'server':
-        env['DMLC_SERVER_ID'] = str(rank)
+    else:
+        env.update(NON_WORKER_ENV)
+        if role == 'server':
+            env['DMLC_SERVER_ID'] = str(rank)
     return env
 
 
@@ -307,10 +340,12 @@ def _die_with_launcher():
 
 
 class Node:
-    """A started NodeSpec: its process (leader of its own group) and its exit."""
+    """A started NodeSpec: its process (leader of its own group), its exit, and the
+    ``kv.rank`` a worker announced (``announce_rank``), which then labels it."""
 
     def __init__(self, spec, keep_stdin):
         self.spec = spec
+        self.kv_rank = None
         self.proc = subprocess.Popen(
             spec.argv, env=spec.env, start_new_session=True,
             preexec_fn=_die_with_launcher(),
@@ -320,7 +355,18 @@ class Node:
 
     @property
     def name(self):
-        return self.spec.name
+        """For the launcher's messages: ``worker 1``, or ``worker 1 (kv.rank 0)``."""
+        if self.kv_rank is None:
+            return self.spec.name
+        return '%s (kv.rank %d)' % (self.spec.name, self.kv_rank)
+
+    @property
+    def label(self):
+        """The prefix of the node's output lines: ``rank R`` once a worker announced
+        its kv.rank, else the launch label (``worker 1``, ``server 0``, ``scheduler``)."""
+        if self.kv_rank is None:
+            return self.spec.name
+        return 'rank %d' % self.kv_rank
 
     def poll(self):
         """Exit code once the node has exited (negative: killed by that signal)."""
@@ -337,27 +383,35 @@ class Node:
 
 
 class OutputForwarder:
-    """Copies node output to ours, a whole line at a time, prefixed with the node."""
+    """Copies node output to ours, a whole line at a time, prefixed with the node's
+    label. A worker's ``announce_rank`` line is not copied: it relabels the worker and
+    the launcher says which launch index has which rank."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.threads = []
 
-    def follow(self, stream, prefix, out):
-        thread = threading.Thread(target=self._copy, args=(stream, prefix, out),
+    def follow(self, stream, node, out):
+        thread = threading.Thread(target=self._copy, args=(stream, node, out),
                                   daemon=True)
         thread.start()
         self.threads.append(thread)
 
-    def _copy(self, stream, prefix, out):
+    def _copy(self, stream, node, out):
         writable = True
         for line in iter(stream.readline, b''):
             if not line.endswith(b'\n'):
                 line += b'\n'
-            if writable:
-                with self.lock:
+            rank = parse_rank_line(line) if node.spec.role == 'worker' else None
+            with self.lock:
+                if rank is not None:
+                    node.kv_rank = rank
+                    say('%s is kv.rank %d; its lines are labelled [%s] from here'
+                        % (node.spec.name, rank, node.label))
+                    continue
+                if writable:
                     try:
-                        out.write(prefix + line)
+                        out.write(('[%s] ' % node.label).encode() + line)
                         out.flush()
                     except OSError:      # our output is gone (e.g. `| head`): keep
                         writable = False   # draining, or the node blocks on a full pipe
@@ -428,9 +482,8 @@ def start_nodes(specs, keep_stdin):
 def forward_output(nodes):
     forwarder = OutputForwarder()
     for node in nodes:
-        prefix = ('[%s] ' % node.name).encode()
-        forwarder.follow(node.proc.stdout, prefix, sys.stdout.buffer)
-        forwarder.follow(node.proc.stderr, prefix, sys.stderr.buffer)
+        forwarder.follow(node.proc.stdout, node, sys.stdout.buffer)
+        forwarder.follow(node.proc.stderr, node, sys.stderr.buffer)
     return forwarder
 
 
@@ -570,7 +623,9 @@ All-or-nothing: if any node exits non-zero, all are stopped and the launcher exi
 non-zero naming it. --timeout, Ctrl-C and SIGTERM stop everything (exit 124, 130, 143).
 Each node is its own process group (killed as a group) and dies with the launcher.
 Output lines are prefixed "[worker 1] ", "[server 0] ", "[scheduler] ".
-Labels are launch indices; ps-lite assigns kv.rank independently.
+Labels are launch indices; ps-lite assigns kv.rank independently. A worker that
+announces its kv.rank (the training scripts do: kvstore_ext.launch.announce_rank)
+is labelled "[rank R] " from then on, after a line "[launch] worker N is kv.rank R".
 PORT is removed because ps-lite takes it as each node's own port.
 
 MXNet's own tools/launch.py on Python >= 3.9 (isAlive fix, loopback for local):

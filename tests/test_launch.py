@@ -154,6 +154,37 @@ def test_port_in_environment_is_removed(job_env):
     assert out.count(' of 2 ok') == 2
 
 
+ANNOUNCE = os.path.join(SCRIPTS, 'announce_rank.py')
+
+
+def test_rank_line_round_trip():
+    import io
+    out = io.StringIO()
+    launch.announce_rank(7, out)
+    assert launch.parse_rank_line(out.getvalue().encode()) == 7
+    assert launch.parse_rank_line(b'[worker 0] kv.rank 7\n') is None
+    assert launch.parse_rank_line(b'rank 7 of 8 ok\n') is None
+
+
+def test_workers_labelled_by_announced_rank(job_env):
+    """Launch index i announces rank n-1-i: its lines carry [worker i] before the
+    announcement, [rank n-1-i] after, and the launcher says which is which, also when
+    it reports a failure."""
+    server = [PY, '-c', 'pass']          # no ps-lite: the workers only print
+    code, out, err, _ = run_launcher(
+        ['-n', '3', '-s', '1', '--server-command', shlex.join(server), PY, ANNOUNCE,
+         '--fail-worker', '0'], job_env)
+    assert code == 3, err[-3000:]
+    for index in range(3):
+        rank = 2 - index
+        assert '[worker %d] index %d before\n' % (index, index) in out, out
+        assert '[rank %d] index %d after\n' % (rank, index) in out, out
+        assert '[rank %d] index %d on stderr\n' % (rank, index) in err, err
+        assert '[launch] worker %d is kv.rank %d;' % (index, rank) in err, err
+    assert 'kv.rank' not in out           # the announcement itself is not forwarded
+    assert '[launch] worker 0 (kv.rank 2) exited with code 3' in err, err
+
+
 def test_help_explains_the_traps():
     done = subprocess.run([PY, LAUNCH, '--help'], capture_output=True, text=True,
                           timeout=30)
@@ -218,7 +249,9 @@ def test_ssh_commands(tmp_path):
         assert env['DMLC_NUM_WORKER'] == '3' and env['DMLC_NUM_SERVER'] == '2'
         assert env['DMLC_NODE_HOST'] == host
         assert env['MXNET_KVSTORE_BIGARRAY_BOUND'] == '1000'
-        assert env['PYTHONPATH'] == '/opt/kvx' and env['OMP_NUM_THREADS'] == '2'
+        assert env['PYTHONPATH'] == '/opt/kvx'
+        # workers compute with the threads asked for; servers and scheduler with one
+        assert env['OMP_NUM_THREADS'] == ('2' if role == 'worker' else '1')
         assert 'PORT' not in env and 'HOME' not in env
         assert 'unset PORT;' in script
         assert "cd '/work dir'" in script
@@ -266,3 +299,12 @@ def test_mxnet_tools_launch_with_fix(job_env, how):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count(' of 2 ok') == 2, done.stdout + done.stderr[-3000:]
     assert done.stdout.count('env DMLC_PS_ROOT_URI=127.0.0.1 DMLC_NODE_HOST=127.0.0.1') == 2
+
+
+def test_servers_and_scheduler_get_one_openmp_thread():
+    """Servers compute no model; more OpenMP threads only spin on shared cores."""
+    nodes = launch.local_nodes(2, 2, ['w'], ['s'], 9000,
+                               base_env={'OMP_NUM_THREADS': '4', 'PORT': '1'})
+    threads = {(n.role, n.rank): n.env.get('OMP_NUM_THREADS') for n in nodes}
+    assert threads == {('scheduler', 0): '1', ('server', 0): '1', ('server', 1): '1',
+                       ('worker', 0): '4', ('worker', 1): '4'}

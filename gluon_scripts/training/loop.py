@@ -1,0 +1,131 @@
+"""The training loop: forward and backward on each device, ``trainer.step`` (where
+the kvstore sums the workers' gradients), periodic log lines, evaluation and the
+epoch's record after every epoch; a diverged run stops with advice."""
+import time
+
+import numpy as np
+
+from . import errors
+from .data import seed_epoch
+from .traffic import Traffic, format_size
+from .report import Progress
+
+
+def evaluate(net, batches, ctxs, top5=False):
+    """(top-1, top-5 or None) accuracy of ``net`` on (data, label) NDArray batches."""
+    import mxnet as mx
+    from mxnet import gluon
+    acc, acc5 = mx.metric.Accuracy(), mx.metric.TopKAccuracy(5) if top5 else None
+    for data, label in batches:
+        use = ctxs[:max(1, min(len(ctxs), data.shape[0]))]
+        datas = gluon.utils.split_and_load(data, use, even_split=False)
+        labels = gluon.utils.split_and_load(label, use, even_split=False)
+        outs = [net(x) for x in datas]
+        acc.update(labels, outs)
+        if acc5:
+            acc5.update(labels, outs)
+    return acc.get()[1], (acc5.get()[1] if acc5 else None)
+
+
+def sync_aux_params(net):
+    """Average the auxiliary parameters (BatchNorm running statistics, not trained by
+    the optimizer) over this worker's devices and give every device the average, as
+    MXNet's Module does after every epoch. Evaluation then does not depend on the
+    device a sample lands on, and a checkpoint (which saves the average) restores
+    exactly the state the run continues with."""
+    import mxnet as mx
+    for p in net.collect_params().values():
+        if p.grad_req == 'null' and p._data is not None and len(p.list_ctx()) > 1:
+            arrays = p.list_data()
+            p.set_data(mx.nd.add_n(*[a.as_in_context(mx.cpu()) for a in arrays]) / len(arrays))
+
+
+def _diverged(log, progress, epoch, batch, trainer, what):
+    progress.clear()
+    log.error('epoch %d batch %d: %s: training diverged at lr %g; lower --lr or lengthen '
+              '--warmup-epochs', epoch, batch + 1, what, trainer.learning_rate)
+    errors.exit_script(1)
+
+
+def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
+          classes=None, label_smoothing=0.0, on_epoch_end=None):
+    """The loop: forward/backward on each device, ``trainer.step``, logs; evaluation
+    and ``on_epoch_end(epochs_done, history)`` after every epoch. Returns the history."""
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=not label_smoothing)
+    history = list(history or [])
+    traffic = Traffic(kv, net)
+    t_start = time.time()
+    top5 = bool(classes and classes > 5)
+    for epoch in range(start_epoch, args.num_epochs):
+        seed_epoch(args, epoch, kv.rank)
+        metric, losses = mx.metric.Accuracy(), []
+        progress = Progress(data.batches_per_epoch)
+        t_epoch = t_interval = time.time()
+        seen = seen_interval = 0
+        at_epoch = at_interval = traffic.snapshot()
+        for i, (x, y) in enumerate(data.train_batches(epoch)):
+            datas = gluon.utils.split_and_load(x, ctxs, even_split=False)
+            labels = gluon.utils.split_and_load(y, ctxs, even_split=False)
+            targets = labels
+            if label_smoothing:
+                on = 1 - label_smoothing + label_smoothing / classes
+                targets = [l.one_hot(classes, on_value=on, off_value=label_smoothing / classes)
+                           for l in labels]
+            with autograd.record():
+                outs = [net(d) for d in datas]
+                batch_losses = [loss_fn(o, t) for o, t in zip(outs, targets)]
+            for l in batch_losses:
+                l.backward()
+            # the kvstore sums over workers: normalise by the global batch
+            try:
+                trainer.step(x.shape[0] * kv.num_workers)
+            except FloatingPointError as e:       # kvstore_ext's NonFiniteGradientError
+                _diverged(log, progress, epoch, i, trainer, e)
+            traffic.steps += 1
+            metric.update(labels, outs)
+            losses.append(sum(l.sum().asscalar() for l in batch_losses) / x.shape[0])
+            if not np.isfinite(losses[-1]):
+                _diverged(log, progress, epoch, i, trainer, 'loss %s' % losses[-1])
+            seen += x.shape[0]
+            seen_interval += x.shape[0]
+            progress.update(i + 1, 'loss %.3f' % losses[-1])
+            if args.log_interval and (i + 1) % args.log_interval == 0:
+                now = traffic.snapshot()
+                progress.clear()
+                log.info('epoch %d batch %d/%d: %.1f samples/s, loss %.4f, train acc %.4f, '
+                         'lr %.5g, %s', epoch, i + 1, data.batches_per_epoch,
+                         seen_interval / (time.time() - t_interval),
+                         np.mean(losses[-args.log_interval:]), metric.get()[1],
+                         trainer.learning_rate,
+                         Traffic.text(Traffic.per_step(at_interval, now, args.log_interval)))
+                at_interval, t_interval, seen_interval = now, time.time(), 0
+        progress.close()
+        sync_aux_params(net)
+        steps = len(losses)
+        train_time = time.time() - t_epoch
+        rates = Traffic.per_step(at_epoch, traffic.snapshot(), steps)
+        t_eval = time.time()
+        top1, top5_acc = evaluate(net, data.eval_batches(), ctxs, top5)
+        eval_time = time.time() - t_eval
+        record = {'epoch': epoch, 'train_loss': float(np.mean(losses)),
+                  'train_acc': metric.get()[1], 'test_acc': top1,
+                  'samples_per_sec': seen / train_time, 'steps': steps,
+                  'lr': trainer.learning_rate, 'train_time': train_time,
+                  'eval_time': eval_time, 'epoch_time': time.time() - t_epoch,
+                  'wall_time': time.time() - t_start,
+                  'bytes_per_step': {'push': rates['push_bytes'], 'pull': rates['pull_bytes'],
+                                     'raw': rates['raw_bytes']}}
+        if top5_acc is not None:
+            record['test_top5'] = top5_acc
+        history.append(record)
+        log.info('epoch %d done in %.1fs: %.1f samples/s (x%d workers), loss %.4f, train acc '
+                 '%.4f, test acc %.4f%s, %s (float32: %s)', epoch, record['epoch_time'],
+                 record['samples_per_sec'], kv.num_workers, record['train_loss'],
+                 record['train_acc'], top1,
+                 (', top-5 %.4f' % top5_acc) if top5_acc is not None else '',
+                 Traffic.text(rates), format_size(rates['raw_bytes']))
+        if on_epoch_end:
+            on_epoch_end(epoch + 1, history)
+    return history
