@@ -1,7 +1,13 @@
 """Gluon training on real ps-lite processes: 4 workers and 2 servers train the MNIST
 CNN on the bundled digits with MXNet's dist_sync and with dist_sync_hylo; the same
-epochs reach the same test accuracy (within 0.5 points) while Hylo pushes over 10x
-fewer bytes."""
+epochs reach the same test accuracy (within 0.5 points) while Hylo pushes over 7x
+fewer bytes.
+
+The bound was 10x before the defaults changed for issue 9: a conv layer at the size
+threshold now sends 0.3 of its filters (was 0.1), which bought back the accuracy that short
+runs lost; on this CNN, whose conv layers are a quarter of the gradient, that costs the
+push ratio from over 10x to 7.4x (CI run of 2026-11; bench/results/promise_final.txt
+reports the ratio per model)."""
 import json
 import os
 import subprocess
@@ -32,7 +38,7 @@ def late_accuracy(run):
     return float(np.mean([e['test_acc'] for e in run['epochs'][-2:]]))
 
 
-def test_hylo_matches_dist_sync_with_10x_less_push(tmp_path, job_env):
+def test_hylo_matches_dist_sync_with_7x_less_push(tmp_path, job_env):
     plain = train(tmp_path, job_env, 'dist_sync')
     hylo = train(tmp_path, job_env, 'dist_sync_hylo')
     # every worker evaluates the same synchronised model on the same digits
@@ -42,4 +48,4 @@ def test_hylo_matches_dist_sync_with_10x_less_push(tmp_path, job_env):
         (hylo[0]['epochs'], plain[0]['epochs'])
     for run in hylo:
         stats = run['comm_stats']
-        assert stats['raw_bytes'] >= 10 * stats['push_bytes'], stats
+        assert stats['raw_bytes'] >= 7 * stats['push_bytes'], stats
