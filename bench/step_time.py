@@ -12,6 +12,12 @@ with no compression, ``dist_sync_none``, at most 10% slower). One run, one table
 Kvstores are given as in bench/cluster.py: ``KVSTORE[:KEY=VALUE,...]``. With
 ``--rounds R`` the whole list runs R times in turn and each kvstore's steps are pooled,
 so that a change of the machine's load hits all kvstores alike.
+
+To compare two versions of the code in one run, give the other version's interpreter
+(a venv where it is installed) a name and suffix a kvstore with it:
+
+    python bench/step_time.py --python old=/tmp/old/.venv/bin/python \
+        --kvstores dist_sync dist_sync_hylo@old dist_sync_hylo --rounds 3
 """
 import argparse
 import json
@@ -56,14 +62,19 @@ def worker(args):
                        'stats': kv.comm_stats() if hasattr(kv, 'comm_stats') else None}, f)
 
 
-def run(kvstore, params, args):
+def run(kvstore, params, args, python=sys.executable):
     out = tempfile.mktemp(suffix='.json')
-    cmd = [sys.executable, '-m', 'kvstore_ext.launch', '-n', str(args.workers), '-s',
-           str(args.servers), '--timeout', '600', sys.executable, os.path.abspath(__file__),
+    cmd = [python, '-m', 'kvstore_ext.launch', '-n', str(args.workers), '-s',
+           str(args.servers), '--timeout', '600', python, os.path.abspath(__file__),
            '--worker', '--kvstore', kvstore, '--compression-params', params,
            '--model', args.model, '--steps', str(args.steps), '--warmup', str(args.warmup),
            '--out', out]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    # run from the version's own tree (<tree>/.venv/bin/python), so that what
+    # ``-m kvstore_ext.launch`` and the nodes import is that version's code
+    tree = None
+    if python != sys.executable:
+        tree = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(python))))
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tree)
     with open(out) as f:
         result = json.load(f)
     os.unlink(out)
@@ -86,16 +97,25 @@ def main():
     p.add_argument('--steps', type=int, default=50)
     p.add_argument('--warmup', type=int, default=5)
     p.add_argument('--json', default=None)
+    p.add_argument('--python', nargs='*', default=[], metavar='NAME=PATH',
+                   help='interpreters of other code versions; KVSTORE@NAME runs with one')
     args = p.parse_args()
     if args.worker:
         return worker(args)
     sys.path.insert(0, HERE)
     from cluster import parse_scheme
-    schemes = [parse_scheme(spec) for spec in args.kvstores]
+    pythons = dict(item.split('=', 1) for item in args.python)
+    schemes, interpreters = [], {}
+    for spec in args.kvstores:
+        spec, _, version = spec.partition('@')
+        label, kvstore, params = parse_scheme(spec)
+        label += '@' + version if version else ''
+        schemes.append((label, kvstore, params))
+        interpreters[label] = pythons[version] if version else sys.executable
     times, stats = {}, {}
     for _ in range(args.rounds):
         for label, kvstore, params in schemes:
-            result = run(kvstore, json.dumps(params), args)
+            result = run(kvstore, json.dumps(params), args, interpreters[label])
             times.setdefault(label, []).extend(result['times'])
             stats[label] = result['stats']
     rows = [{'kvstore': label, 'median_step_s': float(np.median(times[label])),

@@ -1,0 +1,323 @@
+"""Accuracy at equal epochs, by default: kvstore specs x models x worker counts x
+schedules x seeds, on loopback, with the bytes each scheme sends.
+
+Every job is one distributed run of gluon_scripts/train_mnist.py (``--model``) through
+kvstore_ext's launcher on 127.0.0.1 (bench/cluster.py's ``job_specs`` and the
+launcher's ``run_job``, which stops every node on failure, timeout or Ctrl-C). Each
+worker writes ``--summary-json``; a run keeps the final test accuracy, the bytes per
+step (raw float32, pushed, pulled; kvstore_ext types count them, MXNet's own send
+raw float32) and the wall time.
+
+Schedules: ``short`` = ``--short-epochs`` epochs at constant lr; ``long`` =
+``--long-epochs`` epochs with ``--long-lr-mode`` (cosine by default). The optimiser is
+SGD with ``--lr``, ``--momentum``, ``--batch-size`` a worker (defaults: the settings of
+issue 9: 0.05, 0.9, 32).
+
+Per (model, workers, schedule) the table shows, per spec over the seeds: final test
+accuracy mean +- std, the paired difference to the baseline (``dist_sync``, same seed:
+baseline minus spec, in points, mean +- std), a verdict on "within 0.5 points" from the
+one-sided 95% t-bound of the paired differences (``ok``: the upper bound is below 0.5;
+``WORSE``: the lower bound is above 0.5; ``?``: the seeds cannot tell), the compression
+ratios raw/push and raw/pull, and wall seconds (training + evaluation).
+
+    python bench/promise.py --specs dist_sync dist_sync_hylo \\
+        dist_sync_hylo:aggregation=homomorphic --models cnn512 --workers 4 \\
+        --schedules short --seeds 3 --json bench/results/promise_repro.json
+
+Specs are ``KVSTORE[:KEY=VALUE,...]`` as in bench/cluster.py (values: compression
+params). Jobs run seed-major (seed 1: every configuration and spec, then seed 2, ...),
+so a change of the machine's load hits every spec alike. With ``--json`` the file is
+rewritten after every job, and runs already in it are not run again (``--rerun`` runs
+them anyway): an interrupted sweep continues where it stopped.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import accuracy  # noqa: E402  (bench/accuracy.py: seeds, curves, mean/std, machine load)
+import cluster   # noqa: E402  (bench/cluster.py: specs, job specs, log capture, signals)
+
+launch = cluster.launch
+TRAIN = os.path.join(cluster.REPO, 'gluon_scripts', 'train_mnist.py')
+BASELINE = 'dist_sync'
+MARGIN = 0.5           # points
+# one-sided 95% Student t quantiles by degrees of freedom
+T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
+       9: 1.833, 10: 1.812, 15: 1.753, 20: 1.725, 30: 1.697}
+
+
+def t95(df):
+    if df in T95:
+        return T95[df]
+    return T95[max(k for k in T95 if k <= df)] if df > 1 else T95[1]
+
+
+def schedule_flags(name, args):
+    if name == 'short':
+        return ['--num-epochs', str(args.short_epochs), '--lr-mode', 'constant']
+    if name == 'long':
+        flags = ['--num-epochs', str(args.long_epochs), '--lr-mode', args.long_lr_mode]
+        if args.long_lr_mode == 'step':
+            flags += ['--lr-steps', args.long_lr_steps]
+        return flags
+    raise ValueError('unknown schedule %r (short, long)' % name)
+
+
+def train_command(python, kvstore, params, model, schedule, seed, args, out_dir):
+    return ([python, TRAIN, '--model', model, '--kvstore', kvstore,
+             '--compression-params', json.dumps(params), '--batch-size',
+             str(args.batch_size), '--lr', repr(args.lr), '--momentum', repr(args.momentum),
+             '--seed', str(seed), '--log-interval', '0',
+             '--summary-json', os.path.join(out_dir, 'worker-{rank}.json')]
+            + schedule_flags(schedule, args) + list(args.extra))
+
+
+def run_key(run):
+    return (run['spec'], run['model'], run['workers'], run['schedule'], run['seed'])
+
+
+def run_one(args, spec, model, workers, schedule, seed, job_dir):
+    """One job; a run record (``error`` set on failure). The launcher stops every node
+    when one fails or the timeout passes."""
+    label, kvstore, params = spec
+    out_dir = os.path.join(job_dir, 'results')
+    job_args = argparse.Namespace(workers=workers, servers=args.servers,
+                                  threads=args.threads)
+    specs = cluster.job_specs(job_args, train_command(sys.executable, kvstore, params, model,
+                                                      schedule, seed, args, out_dir), None)
+    busy0 = accuracy.cpu_busy_seconds()[0]
+    ours0 = accuracy.children_cpu_seconds()
+    started = time.monotonic()
+    with cluster.Redirect(os.path.join(job_dir, 'job.log'), not args.verbose) as log:
+        code = launch.run_job(specs, timeout=args.timeout)
+    seconds = time.monotonic() - started
+    busy = accuracy.cpu_busy_seconds()[0] - busy0
+    ours = accuracy.children_cpu_seconds() - ours0
+    run = {'spec': label, 'kvstore': kvstore, 'compression_params': params, 'model': model,
+           'workers': workers, 'servers': args.servers, 'schedule': schedule, 'seed': seed,
+           'exit_code': code, 'job_s': seconds,
+           'others_cpu_share': max(0.0, busy - ours) / (seconds * (os.cpu_count() or 1))}
+    summaries = cluster.worker_results(code, run, log, out_dir, workers)
+    if summaries is None:
+        return run
+    curve = accuracy.run_curve(summaries)
+    run.update({'curve': [{k: p[k] for k in ('epoch', 'test_acc', 'wall_s', 'train_loss')}
+                          for p in curve],
+                'final_acc': curve[-1]['test_acc'], 'wall_s': curve[-1]['wall_s']})
+    stats = [s.get('comm_stats') for s in summaries]
+    if all(stats):
+        tot = {k: sum(st[k] for st in stats) for k in ('raw_bytes', 'push_bytes',
+                                                       'pull_bytes')}
+        run['bytes_per_step'] = {k[:-6]: tot[k] / sum(max(1, st['steps']) for st in stats)
+                                 for k in tot}
+        run['push_ratio'] = tot['raw_bytes'] / max(tot['push_bytes'], 1)
+        run['pull_ratio'] = tot['raw_bytes'] / max(tot['pull_bytes'], 1)
+        run['codec_plan'] = summaries[0].get('codec_plan')
+    else:                # MXNet's own kvstores send float32
+        run['push_ratio'] = run['pull_ratio'] = 1.0
+    return run
+
+
+def mean_std(values):
+    return accuracy.mean_std(values)
+
+
+def verdict(diffs, margin=MARGIN):
+    """'ok' / 'WORSE' / '?' for 'baseline minus spec < margin points' (paired)."""
+    if len(diffs) < 2:
+        return '?'
+    m, s = statistics.mean(diffs), statistics.stdev(diffs)
+    half = t95(len(diffs) - 1) * s / math.sqrt(len(diffs))
+    if m + half < margin:
+        return 'ok'
+    if m - half > margin:
+        return 'WORSE'
+    return '?'
+
+
+def summarize(runs, baseline=BASELINE):
+    """Rows per (model, workers, schedule, spec), in first-seen order."""
+    groups = {}
+    for r in runs:
+        groups.setdefault((r['model'], r['workers'], r['schedule']), {}) \
+              .setdefault(r['spec'], []).append(r)
+    rows = []
+    for (model, workers, schedule), by_spec in groups.items():
+        base = {r['seed']: r['final_acc'] for r in by_spec.get(baseline, [])
+                if not r.get('error')}
+        for spec, rs in by_spec.items():
+            ok = [r for r in rs if not r.get('error')]
+            row = {'model': model, 'workers': workers, 'schedule': schedule, 'spec': spec,
+                   'seeds': sorted(r['seed'] for r in ok),
+                   'failed': sorted(r['seed'] for r in rs if r.get('error'))}
+            if ok:
+                diffs = [100 * (base[r['seed']] - r['final_acc']) for r in ok
+                         if r['seed'] in base]
+                row.update({
+                    'acc': mean_std([100 * r['final_acc'] for r in ok]),
+                    'paired_diff_points': mean_std(diffs) if diffs else (None, None),
+                    'paired_n': len(diffs),
+                    'verdict': verdict(diffs) if spec != baseline else '',
+                    'push_ratio': mean_std([r['push_ratio'] for r in ok])[0],
+                    'pull_ratio': mean_std([r['pull_ratio'] for r in ok])[0],
+                    'wall_s': mean_std([r['wall_s'] for r in ok]),
+                    'final_train_loss': mean_std([r['curve'][-1]['train_loss'] for r in ok]),
+                    'others_cpu_share_max': max(r['others_cpu_share'] for r in ok)})
+            rows.append(row)
+    return rows
+
+
+def _pm(pair, fmt):
+    if not pair or pair[0] is None:
+        return '-'
+    return (fmt + ' +- ' + fmt) % pair
+
+
+def format_tables(rows):
+    out, last = [], None
+    for r in rows:
+        group = (r['model'], r['workers'], r['schedule'])
+        if group != last:
+            if last is not None:
+                out.append('')
+            out.append('== %s, %d workers, %s ==' % group)
+            head = '%-50s %5s %15s %15s %5s %15s %7s %7s %11s' % (
+                'spec', 'seeds', 'test acc %', 'dist_sync - it', 'd<0.5', 'train loss',
+                'raw/push', 'raw/pull', 'wall s')
+            out += [head, '-' * len(head)]
+            last = group
+        if 'acc' not in r:
+            out.append('%-50s failed (seeds %s)' % (r['spec'], r['failed']))
+            continue
+        out.append('%-50s %5d %15s %15s %5s %15s %7.1f %7.1f %11s%s' % (
+            r['spec'][:50], len(r['seeds']), _pm(r['acc'], '%.2f'),
+            _pm(r['paired_diff_points'], '%+.2f'), r['verdict'],
+            _pm(r['final_train_loss'], '%.3f'), r['push_ratio'],
+            r['pull_ratio'], _pm(r['wall_s'], '%.1f'),
+            ' !' if r['others_cpu_share_max'] > accuracy.BUSY_SHARE else ''))
+    out.append('dist_sync - it: paired by seed, points; d<0.5: one-sided 95%% t-bound '
+               'of it (ok: < %.1f shown; WORSE: > %.1f shown; ?: seeds cannot tell); '
+               'train loss: mean over the last epoch; '
+               '!: other programs used > %d%% of the cores' % (MARGIN, MARGIN,
+                                                                 100 * accuracy.BUSY_SHARE))
+    return '\n'.join(out)
+
+
+def save(path, args, runs, started):
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    config = {k: v for k, v in vars(args).items() if k not in ('work_dir', 'specs')}
+    config['specs'] = [s[0] for s in args.specs]
+    done = [r for r in runs if r.get('spec') != '-']
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump({'config': config, 'machine': accuracy.machine_info(),
+                   'started': started, 'summary': summarize(done), 'runs': runs}, f,
+                  indent=1)
+    os.replace(tmp, path)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                epilog=__doc__.split('\n\n', 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--specs', nargs='+', default=[BASELINE, 'dist_sync_hylo',
+                                                  'dist_sync_hylo:aggregation=homomorphic'],
+                   help='KVSTORE[:KEY=VALUE,...] each; include dist_sync for the paired '
+                        'difference')
+    p.add_argument('--models', nargs='+', default=['cnn512'],
+                   help='train_mnist.py --model values (cnn, cnn512, lenet, mlp)')
+    p.add_argument('--workers', nargs='+', type=int, default=[4])
+    p.add_argument('-s', '--servers', type=int, default=2)
+    p.add_argument('--schedules', nargs='+', default=['short'], choices=('short', 'long'))
+    p.add_argument('--seeds', default='3', help='a count N (1..N) or a list (7,11)')
+    p.add_argument('--short-epochs', type=int, default=3)
+    p.add_argument('--long-epochs', type=int, default=8)
+    p.add_argument('--long-lr-mode', default='cosine', choices=('cosine', 'step'))
+    p.add_argument('--long-lr-steps', default='5,7', help='step mode: epochs')
+    p.add_argument('--batch-size', type=int, default=32, help='per worker')
+    p.add_argument('--lr', type=float, default=0.05)
+    p.add_argument('--momentum', type=float, default=0.9)
+    p.add_argument('--threads', type=int, default=1, help='OMP_NUM_THREADS per node')
+    p.add_argument('--timeout', type=float, default=600, help='seconds per job')
+    p.add_argument('--json', help='results file (rewritten after every job; resumed)')
+    p.add_argument('--rerun', action='store_true', help='ignore runs already in --json')
+    p.add_argument('--verbose', action='store_true', help="show the nodes' output")
+    p.add_argument('--extra', nargs=argparse.REMAINDER, default=[],
+                   help='further train_mnist.py flags (last on the command line)')
+    args = p.parse_args(argv)
+    try:
+        args.seeds = accuracy.parse_seeds(args.seeds)
+        args.specs = [cluster.parse_scheme(s) for s in args.specs]
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    runs = []
+    if args.json and os.path.isfile(args.json) and not args.rerun:
+        with open(args.json) as f:
+            runs = [r for r in json.load(f)['runs'] if not r.get('error')]
+    done = {run_key(r) for r in runs}
+    previous = cluster.catch_stop_signals()
+    started = time.strftime('%Y-%m-%d %H:%M:%S')
+    args.work_dir = tempfile.mkdtemp(prefix='kvx-promise-')
+    interrupted = None
+    try:
+        for seed in args.seeds:
+            for model in args.models:
+                for workers in args.workers:
+                    for schedule in args.schedules:
+                        for spec in args.specs:
+                            key = (spec[0], model, workers, schedule, seed)
+                            if key in done:
+                                continue
+                            job_dir = tempfile.mkdtemp(prefix='job-', dir=args.work_dir)
+                            print('seed %d %s %dw %s: %s ...' % (seed, model, workers,
+                                                                  schedule, spec[0]),
+                                  file=sys.stderr, flush=True)
+                            run = run_one(args, spec, model, workers, schedule, seed,
+                                          job_dir)
+                            if run.get('error'):
+                                print('  %s\n%s' % (run['error'], run.get('log_tail', '')),
+                                      file=sys.stderr)
+                            else:
+                                print('  acc %.4f, raw/push %.1f, raw/pull %.1f, %.1f s'
+                                      % (run['final_acc'], run['push_ratio'],
+                                         run['pull_ratio'], run['wall_s']),
+                                      file=sys.stderr, flush=True)
+                            runs.append(run)
+                            save(args.json, args, runs, started)
+    except (KeyboardInterrupt, cluster.Interrupted) as e:
+        interrupted = str(e) or 'SIGINT'
+        print('interrupted (%s)' % interrupted, file=sys.stderr)
+    except Exception:
+        traceback.print_exc()
+        interrupted = 'harness error'
+    finally:
+        cluster.clean_up_uninterrupted(
+            previous, lambda: shutil.rmtree(args.work_dir, ignore_errors=True))
+    ok = [r for r in runs if r.get('spec') != '-']
+    print('loopback, %d servers, batch %d a worker, lr %g, momentum %g; short: %d epochs '
+          'constant lr; long: %d epochs %s' % (args.servers, args.batch_size, args.lr,
+                                               args.momentum, args.short_epochs,
+                                               args.long_epochs, args.long_lr_mode))
+    print(format_tables(summarize(ok)))
+    save(args.json, args, runs, started)
+    return 130 if interrupted else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
