@@ -37,7 +37,7 @@ Also measured: the FC encoder run chunk by chunk (``--chunk``, 64K elements: the
 second pass then reads from L2), MXNet's quantize against ours as the fraction of
 elements over the threshold varies (``--sweep-sizes``; MXNet's kernel branches), and
 with ``--profile`` each pass of the encoders separately, through a small C++ driver
-compiled around cpp/kernels.cc (source checkout only), in cache and in memory.
+compiled around the kernel sources in cpp/ (source checkout only), in cache and in memory.
 Method and findings: docs/KERNELS.md.
 
     python bench/kernels.py [--max-size 1e8] [--json PATH] [--plot PATH] [--profile]
@@ -783,9 +783,15 @@ def check_targets(rows, kvstore):
 # ---- per-pass profile -----------------------------------------------------------------------
 
 PROFILE_DRIVER = r'''
-// Times each pass of the encoders separately (kernels.cc is included, so that its static
-// passes can be called), interleaved with a memcpy of the same n floats; best of R, CPU time.
-#include "kernels.cc"
+// Times each pass of the encoders separately (the kernel sources are included, so that
+// their static passes can be called), interleaved with a memcpy of the same n floats; best
+// of R, CPU time.
+#include "wire.cc"
+#include "kernel_util.cc"
+#include "stats.cc"
+#include "codecs/topk.cc"
+#include "codecs/ternary.cc"
+#include "codecs/twobit.cc"
 #include <time.h>
 #include <cstdio>
 #include <cstdlib>
@@ -818,9 +824,9 @@ int main(int argc, char** argv) {
     {"acc_all_finite(g,r)", n, 8, [&] { sink = acc_all_finite(g.data(), r.data(), n); }},
     {"acc_abs_sum(g,r)", n, 8, [&] { sink = acc_abs_sum(g.data(), r.data(), n); }},
     {"ternary_pack<15> base 3", n, 12 + 4.0 / 15, [&] {
-       ternary_pack<15>(g.data(), r.data(), n, t, 3, words.data()); }},
+       ternary_pack<15>(g.data(), r.data(), n, t, t, 3, words.data()); }},
     {"ternary_pack<7> base 9", n, 12 + 4.0 / 7, [&] {
-       ternary_pack<7>(g.data(), r.data(), n, t, 9, words.data()); }},
+       ternary_pack<7>(g.data(), r.data(), n, t, t, 9, words.data()); }},
     {"twobit_pack", n, 12.25, [&] { twobit_pack(g.data(), r.data(), n, t, tb.data()); }},
     {"acc_filter_scores F=4608", m, 8, [&] {
        acc_filter_scores(g.data(), r.data(), filters, fs, scores.data()); }},
@@ -871,10 +877,10 @@ int main(int argc, char** argv) {
 
 def run_profile(args):
     """Compile the driver with the CMake flags and time each pass; None if impossible."""
-    src = os.path.join(REPO, 'cpp', 'kernels.cc')
+    src = os.path.join(REPO, 'cpp', 'codecs', 'ternary.cc')
     cxx = shutil.which('g++')
     if not (os.path.isfile(src) and cxx):
-        print('profile skipped: needs g++ and the source checkout (cpp/kernels.cc)')
+        print('profile skipped: needs g++ and the source checkout (cpp/)')
         return None
     results = {'flags': '-O3 -ffp-contract=off -fno-fast-math -std=c++17', 'sizes': {}}
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,9 +22,33 @@ int guarded(Fn&& fn) {
 }  // namespace
 
 int kvx_abi_version(void) { return KVX_ABI_VERSION; }
+float kvx_header_magic(void) { return kvx::kMagic; }
+float kvx_header_version(void) { return kvx::kVersion; }
+int64_t kvx_header_words(void) { return kvx::kHeaderWords; }
 
+int kvx_status_count(void) { return kvx::kStatusCount; }
 const char* kvx_status_name(int status) {
   return status == kInternalError ? "internal error" : kvx::status_name(status);
+}
+const char* kvx_status_symbol(int status) {
+  return status >= 0 && status < kvx::kStatusCount ? kvx::kStatuses[status].symbol : nullptr;
+}
+
+int kvx_codec_count(void) { return kvx::kCodecCount; }
+static const kvx::CodecSpec* codec_at(int index) {
+  return index >= 0 && index < kvx::kCodecCount ? &kvx::kCodecs[index] : nullptr;
+}
+int kvx_codec_id(int index) {
+  const kvx::CodecSpec* codec = codec_at(index);
+  return codec ? static_cast<int>(codec->id) : -1;
+}
+const char* kvx_codec_name(int index) {
+  const kvx::CodecSpec* codec = codec_at(index);
+  return codec ? codec->name : nullptr;
+}
+int64_t kvx_codec_payload_words(int index, int64_t n, float a, float b) {
+  const kvx::CodecSpec* codec = codec_at(index);
+  return codec ? codec->payload_words(n, a, b) : -1;
 }
 
 int64_t kvx_fp32_payload_words(int64_t n) { return kvx::fp32_payload_words(n); }

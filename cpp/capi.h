@@ -21,9 +21,25 @@
 /* 2: homomorphic ternary words are float32 (were float64 in 1). */
 #define KVX_ABI_VERSION 2
 
-/* ---- misc ---- */
+/* ---- the tables behind the wire format (cpp/wire.h, cpp/codec_table.h) ----
+ * Python reads or checks its constants against these (tests/test_cpp_ops.py). */
 KVX_API int kvx_abi_version(void);
+KVX_API float kvx_header_magic(void);
+KVX_API float kvx_header_version(void);
+KVX_API int64_t kvx_header_words(void);
+/* Status codes are 0 .. kvx_status_count() - 1: the message, and the name in
+ * python/kvx_ref/wire.py (NULL out of range). */
+KVX_API int kvx_status_count(void);
 KVX_API const char* kvx_status_name(int status);
+KVX_API const char* kvx_status_symbol(int status);
+/* Server-decoded codecs, index 0 .. kvx_codec_count() - 1: header codec id (-1 out of
+ * range), name (NULL), payload words for n elements and header parameters a, b (-1). */
+KVX_API int kvx_codec_count(void);
+KVX_API int kvx_codec_id(int index);
+KVX_API const char* kvx_codec_name(int index);
+KVX_API int64_t kvx_codec_payload_words(int index, int64_t n, float a, float b);
+
+/* ---- sizes ---- */
 KVX_API int64_t kvx_fp32_payload_words(int64_t n);
 KVX_API int64_t kvx_topk_payload_words(int64_t k, int64_t filter_size);
 KVX_API int64_t kvx_ternary_payload_words(int64_t n);

@@ -8,6 +8,7 @@ import numpy as np
 
 from .errors import PayloadError, status_message
 from .ops import op
+from .wire import FP32, TERNARY, TOPK
 
 
 def decode_slots(slots, capacity):
@@ -46,7 +47,7 @@ def decode_sum(payloads, shape):
 
 REPLY_MAGIC = 7341.0
 REPLY_WORDS = 7
-FLOAT32_REPLY = (1, 0, 0.0, 0.0, 0.0)
+FLOAT32_REPLY = (FP32, 0, 0.0, 0.0, 0.0)
 
 
 def reply_row(codec_id, n, a, b, c):
@@ -81,7 +82,7 @@ def _ternary_reply(total, residual, scale, threshold, mean_value):
     return payload
 
 
-_REENCODE = {1: None, 2: _topk_reply, 3: _ternary_reply}
+_REENCODE = {FP32: None, TOPK: _topk_reply, TERNARY: _ternary_reply}
 
 
 def reencode(total, residual, request):

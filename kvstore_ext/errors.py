@@ -1,13 +1,15 @@
 """Errors a user can act on, and the meaning of the C++ kernels' status codes."""
 
-# status codes of the C++ kernels (cpp/kernels.h; python/kvx_ref/wire.py is the spec)
+# status codes of the C++ kernels and their messages: the library's table (cpp/wire.cc,
+# kvx_status_name); tests/test_cpp_ops.py holds this copy equal to it
 STATUS_MESSAGES = {
+    0: 'ok',
     1: 'non-finite values (NaN or Inf)',
     2: 'bad magic number (not a kvstore_ext payload)',
     3: 'unsupported payload version',
     4: 'payload of another codec',
     5: 'size mismatch between payload and tensor',
-    6: 'invalid codec parameters in the header',
+    6: 'invalid codec parameter',
     7: 'invalid filter index',
     8: 'invalid packed word',
 }

@@ -708,7 +708,6 @@ def test_c_api(library_path):
         return a.ctypes.data_as(ptr)
 
     assert lib.kvx_abi_version() == 2   # 2: float32 homomorphic words
-    assert lib.kvx_status_name(wire.BAD_WORD) == b'bad packed word'
     grad, residual = grad_residual((1000,), 'randn', 80)
     words = lib.kvx_ternary_payload_words(i64(grad.size))
     payload = np.zeros(words, f32)
@@ -751,6 +750,67 @@ def test_c_api(library_path):
     x = make((10, 7), 'mixed', 81)
     assert lib.kvx_filter_scores(p(x), i64(10), i64(7), p(scores)) == 0
     assert same_bits(scores, ref.filter_scores(x))
+
+
+def test_wire_tables_agree(library_path):
+    """One list of codecs and statuses: the library's tables (cpp/wire.cc,
+    cpp/codec_table.cc, read through the C API) equal the spec's constants
+    (python/kvx_ref) and kvstore_ext's (wire.py, errors.py), entry by entry."""
+    import ctypes
+    from kvstore_ext import errors, wire as ext_wire
+    lib = ctypes.CDLL(library_path)
+    i64, f = ctypes.c_int64, ctypes.c_float
+    lib.kvx_header_magic.restype = lib.kvx_header_version.restype = f
+    lib.kvx_header_words.restype = i64
+    lib.kvx_status_name.restype = lib.kvx_status_symbol.restype = ctypes.c_char_p
+    lib.kvx_codec_name.restype = ctypes.c_char_p
+    lib.kvx_codec_payload_words.restype = i64
+    lib.kvx_codec_payload_words.argtypes = [ctypes.c_int, i64, f, f]
+    for name in ['fp32_payload_words', 'ternary_payload_words', 'ternary_sum_words']:
+        getattr(lib, 'kvx_' + name).restype = i64
+    lib.kvx_topk_payload_words.restype = i64
+
+    assert lib.kvx_header_magic() == wire.MAGIC
+    assert lib.kvx_header_version() == wire.VERSION
+    assert lib.kvx_header_words() == wire.HEADER_WORDS == ext_wire.HEADER_WORDS
+
+    statuses = {lib.kvx_status_symbol(code).decode(): code
+                for code in range(lib.kvx_status_count())}
+    spec_statuses = {name: getattr(wire, name) for name in dir(wire)
+                     if name in ('OK', 'NONFINITE') or name.startswith('BAD_')}
+    assert statuses == spec_statuses
+    messages = {code: lib.kvx_status_name(code).decode() for code in statuses.values()}
+    assert messages == errors.STATUS_MESSAGES
+    assert lib.kvx_status_symbol(len(statuses)) is None
+
+    codecs = {lib.kvx_codec_name(i).decode(): lib.kvx_codec_id(i)
+              for i in range(lib.kvx_codec_count())}
+    assert codecs == ext_wire.CODEC_IDS
+    assert {codecs[name]: name for name in codecs} == {i: n for n, i in ext_wire.CODEC_IDS.items()}
+    assert {getattr(wire, name.upper()) for name in codecs} == set(codecs.values())
+    assert set(ref._DECODERS) == set(codecs.values())   # the spec's decode_slots
+
+    sizes = [(1, 1, 1), (14, 3, 5), (15, 1, 15), (16, 2, 8), (1000, 7, 100),
+             (12345, 40, 300), (2 ** 24 + 3, 1000, 4608)]
+    for i in range(lib.kvx_codec_count()):
+        words = ext_wire.PAYLOAD_WORDS[lib.kvx_codec_id(i)]
+        for n, a, b in sizes:
+            assert lib.kvx_codec_payload_words(i, n, a, b) == words(n, a, b), (i, n, a, b)
+    for n, k, filter_size in sizes:
+        assert lib.kvx_fp32_payload_words(i64(n)) == ext_wire.fp32_payload_words(n)
+        assert lib.kvx_ternary_payload_words(i64(n)) == ext_wire.ternary_payload_words(n)
+        assert (lib.kvx_topk_payload_words(i64(k), i64(filter_size))
+                == ext_wire.topk_payload_words(k, filter_size))
+        assert ext_wire.ternary_payload_words(n) == wire.HEADER_WORDS + -(
+            -n // wire.digits_per_word(ref.TERNARY_BASE, f32))
+        for workers in [1, 2, 3, 4, 8, 16, 1000]:
+            assert (lib.kvx_ternary_sum_words(i64(n), i64(workers))
+                    == ext_wire.ternary_sum_words(n, workers) == ref.sum_words(n, workers))
+    grad, residual = np.ones((6, 5), f32), np.zeros((6, 5), f32)
+    for payload in (ref.fp32_encode(grad)[0], ref.topk_encode(grad, residual, 2)[0],
+                    ref.ternary_encode(grad, residual, 1.0)[0]):
+        words = ext_wire.PAYLOAD_WORDS[int(payload[1])]
+        assert payload.size == words(grad.size, payload[5], payload[6])
 
 
 # ---- server-decode aggregation (kvx_decode_slots) --------------------------------------

@@ -24,16 +24,7 @@ import numpy as np
 from .agreed import AgreedCodec
 from .base import check_decoded, check_encoded
 from ..ops import op, shape_attr
-
-
-def digits_per_float32(base):
-    """Largest D with base**D <= 2**24, so every packed word, and the sum of the
-    workers' words, is an integer float32 holds exactly."""
-    digits, power = 0, 1
-    while power * base <= 1 << 24:
-        power *= base
-        digits += 1
-    return digits
+from ..wire import ternary_sum_words
 
 
 class AdditiveTernaryCodec(AgreedCodec):
@@ -52,7 +43,7 @@ class AdditiveTernaryCodec(AgreedCodec):
                           self.value)
 
     def sum_words(self, num_workers):
-        return -(-self.size // digits_per_float32(2 * num_workers + 1))
+        return ternary_sum_words(self.size, num_workers)
 
     def statistic(self, grad, residual):
         if self.agreement_words == 1:

@@ -19,8 +19,6 @@ import numpy as np
 from ..errors import NonFiniteGradientError, PayloadError, status_message
 from ..rounds import Gather
 
-HEADER_WORDS = 8
-
 
 class Codec:
     """Base class; see the module docstring."""

@@ -1,8 +1,9 @@
 """No compression: float32 as it is. The stock server adds it (like MXNet's dist_sync);
 behind the common header it can also travel as a server-decoded payload."""
-from .base import Codec, GatherCodec, HEADER_WORDS, check_encoded
+from .base import Codec, GatherCodec, check_encoded
 from ..ops import op
 from ..rounds import Sum
+from ..wire import fp32_payload_words
 
 
 class FP32Codec(Codec):
@@ -14,7 +15,7 @@ class FP32Codec(Codec):
         return FP32Codec((stop - start,))
 
     def payload_words(self):
-        return HEADER_WORDS + self.size
+        return fp32_payload_words(self.size)
 
     def encode(self, grad, residual=None):
         """The gradient behind a header (the servers' decode_slots also reads fp32)."""

@@ -5,10 +5,9 @@ the mean |acc| of the selected values (``value='mean'``: the least-squares value
 set, so a large accumulated value drains in a few steps, not t at a time); the header
 carries v, so decoders do not depend on the choice. Codes travel as base-3 digits, 15
 per float32 word."""
-from .base import GatherCodec, HEADER_WORDS, check_encoded
+from .base import GatherCodec, check_encoded
 from ..ops import op
-
-DIGITS_PER_WORD = 15
+from ..wire import TERNARY, ternary_payload_words
 
 
 class TernaryCodec(GatherCodec):
@@ -33,7 +32,7 @@ class TernaryCodec(GatherCodec):
                           self.compressed_reply)
 
     def payload_words(self):
-        return HEADER_WORDS + -(-self.size // DIGITS_PER_WORD)
+        return ternary_payload_words(self.size)
 
     def encode(self, grad, residual):
         payload, status = op('kvx_ternary_encode')(grad, residual, scale=self.scale,
@@ -44,7 +43,7 @@ class TernaryCodec(GatherCodec):
 
     def reply_request(self):
         """The servers re-encode sum + their residual with the same rule."""
-        return (3, self.size, self.scale, self.threshold, float(self.value == 'mean'))
+        return (TERNARY, self.size, self.scale, self.threshold, float(self.value == 'mean'))
 
     def describe(self):
         more = (', value mean|acc| of the sent' if self.value == 'mean' else '') + \

@@ -2,8 +2,9 @@
 L2 norms (indices + float32 values); the other filters stay in the residual."""
 import math
 
-from .base import GatherCodec, HEADER_WORDS, check_encoded
+from .base import GatherCodec, check_encoded
 from ..ops import op
+from ..wire import TOPK, topk_payload_words
 
 
 class FilterTopKCodec(GatherCodec):
@@ -26,7 +27,7 @@ class FilterTopKCodec(GatherCodec):
         return type(self)((filters,) + self.shape[1:], k, self.compressed_reply)
 
     def payload_words(self):
-        return HEADER_WORDS + self.k + self.k * self.filter_size
+        return topk_payload_words(self.k, self.filter_size)
 
     def encode(self, grad, residual):
         payload, status = op('kvx_topk_encode')(grad, residual, k=self.k)
@@ -35,7 +36,7 @@ class FilterTopKCodec(GatherCodec):
 
     def reply_request(self):
         """The servers send the top k filters of sum + their residual."""
-        return (2, self.size, self.k, self.filter_size, 0.0)
+        return (TOPK, self.size, self.k, self.filter_size, 0.0)
 
     def describe(self):
         return 'top %d of %d filters%s' % (self.k, self.shape[0], ', compressed reply'

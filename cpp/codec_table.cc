@@ -1,0 +1,75 @@
+// The table of server-decoded codecs and the servers' dispatch through it.
+#include "codec_table.h"
+
+#include <cmath>
+
+#include "codecs/fp32.h"
+#include "codecs/ternary.h"
+#include "codecs/topk.h"
+#include "kernel_util.h"
+#include "wire.h"
+
+namespace kvx {
+
+const CodecSpec kCodecs[] = {
+    {kCodecFp32, "fp32", fp32_decode, fp32_decode_add,
+     [](int64_t n, float, float) { return fp32_payload_words(n); }},
+    {kCodecTopk, "topk", topk_decode, topk_decode_add,
+     [](int64_t, float k, float filter_size) {
+       return topk_payload_words(static_cast<int64_t>(k), static_cast<int64_t>(filter_size));
+     }},
+    {kCodecTernary, "ternary", ternary_decode, ternary_decode_add,
+     [](int64_t n, float, float) { return ternary_payload_words(n); }},
+};
+const int kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);
+
+const CodecSpec* find_codec(float id) {
+  for (const CodecSpec& codec : kCodecs)
+    if (codec.id == id) return &codec;
+  return nullptr;
+}
+
+// Codec id and element count of a slot's header, before the codec's own full check.
+static int slot_header(const float* slot, int64_t slot_words, float* codec, int64_t* n,
+                       int64_t* payload_words) {
+  if (slot_words < kHeaderWords) return kBadSize;
+  const double low = slot[3], high = slot[4], body = slot[7];
+  if (!(low >= 0 && low < static_cast<double>(kExactF32) && low == std::floor(low) &&
+        high >= 0 && high < static_cast<double>(kExactF32) && high == std::floor(high) &&
+        body >= 0 && body <= static_cast<double>(slot_words - kHeaderWords) &&
+        body == std::floor(body)))
+    return kBadSize;
+  *codec = slot[1];
+  *n = static_cast<int64_t>(low) + (static_cast<int64_t>(high) << kMantissaF32);
+  *payload_words = kHeaderWords + static_cast<int64_t>(body);
+  return kOk;
+}
+
+int decode_slots(const float* slots, int64_t workers, int64_t slot_words, float* acc,
+                 int64_t capacity, float* status) {
+  zero(acc, capacity);
+  int first = kOk;
+  float codec0 = 0.0f;
+  int64_t n0 = -1;
+  for (int64_t w = 0; w < workers; ++w) {
+    const float* slot = slots + w * slot_words;
+    float codec = 0.0f;
+    int64_t n = 0, words = 0;
+    int st = slot_header(slot, slot_words, &codec, &n, &words);
+    if (st == kOk && n0 < 0) {
+      codec0 = codec;
+      n0 = n;
+    }
+    if (st == kOk && (n > capacity || n < 1)) st = kBadSize;
+    if (st == kOk && (codec != codec0 || n != n0)) st = kBadCodec;
+    if (st == kOk) {
+      const CodecSpec* spec = find_codec(codec);
+      st = spec ? spec->decode_add(slot, words, n, acc) : kBadCodec;
+    }
+    status[w] = static_cast<float>(st);
+    if (first == kOk) first = st;
+  }
+  return first;
+}
+
+}  // namespace kvx

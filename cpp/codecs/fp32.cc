@@ -1,0 +1,47 @@
+// fp32 pass-through; see fp32.h.
+#include "codecs/fp32.h"
+
+#include <cstring>
+
+#include "kernel_util.h"
+#include "stats.h"
+
+namespace kvx {
+
+int fp32_encode(const float* grad, int64_t n, float* payload) {
+  if (n < 0) return kBadParam;
+  // The body length travels as one float32 word: refuse sizes it cannot represent
+  // (the spec would emit a payload its own decoder rejects).
+  if (!count_fits_header(n) || !exact_in_f32(n)) {
+    zero(payload, fp32_payload_words(n));
+    return kBadSize;
+  }
+  if (!all_finite(grad, n)) {
+    zero(payload, fp32_payload_words(n));
+    return kNonFinite;
+  }
+  write_header(payload, kCodecFp32, n, 0.0f, 0.0f, n);
+  if (n > 0) std::memcpy(payload + kHeaderWords, grad, static_cast<size_t>(n) * sizeof(float));
+  return kOk;
+}
+
+int fp32_decode(const float* payload, int64_t payload_words, int64_t n, float* out) {
+  float a, b;
+  const int status = check_header(payload, payload_words, kCodecFp32, n, &a, &b);
+  if (status != kOk) {
+    zero(out, n);
+    return status;
+  }
+  if (n > 0) std::memcpy(out, payload + kHeaderWords, static_cast<size_t>(n) * sizeof(float));
+  return kOk;
+}
+
+int fp32_decode_add(const float* payload, int64_t payload_words, int64_t n, float* acc) {
+  float a, b;
+  const int status = check_header(payload, payload_words, kCodecFp32, n, &a, &b);
+  if (status != kOk) return status;
+  add_into(acc, payload + kHeaderWords, n);
+  return kOk;
+}
+
+}  // namespace kvx

@@ -1,0 +1,33 @@
+// What the kernel files share and callers do not see: runtime-dispatched hot loops and
+// small element-wise helpers.
+//
+// Hot loops are branch-free so that GCC vectorises them, and are compiled for AVX-512,
+// AVX2 and baseline x86-64 with runtime dispatch (target_clones).  Build without
+// -ffast-math and with -ffp-contract=off: results must match the NumPy reference bit for
+// bit.
+#ifndef KVX_KERNEL_UTIL_H_
+#define KVX_KERNEL_UTIL_H_
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__)) \
+    && !defined(KVX_NO_CLONES)
+#define KVX_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KVX_HOT
+#endif
+#define KVX_INLINE inline __attribute__((always_inline))
+
+namespace kvx {
+
+// acc[i] += values[i].
+void add_into(float* acc, const float* values, int64_t n);
+
+inline void zero(float* x, int64_t n) {
+  if (n > 0) std::memset(x, 0, static_cast<size_t>(n) * sizeof(float));
+}
+
+}  // namespace kvx
+
+#endif  // KVX_KERNEL_UTIL_H_

@@ -1,0 +1,52 @@
+"""The wire constants and payload sizes kvstore_ext's Python side uses, in one place.
+
+They are the C++ library's (cpp/wire.h, cpp/codec_table.cc; exported through the C
+API) and the spec's (python/kvx_ref/wire.py): tests/test_cpp_ops.py
+(``test_wire_tables_agree``) holds all three equal, id by id and size by size. Kept as
+plain Python (not read from the library at import) because the launcher and the
+schemes' planning run where the plugin need not be loaded.
+"""
+
+HEADER_WORDS = 8
+MANTISSA_F32 = 24              # integers are exact in float32 below 2**24
+
+# ids of the server-decoded codecs (header word 1), by kvstore_ext codec name
+CODEC_IDS = {'fp32': 1, 'topk': 2, 'ternary': 3}
+FP32, TOPK, TERNARY = CODEC_IDS['fp32'], CODEC_IDS['topk'], CODEC_IDS['ternary']
+
+TERNARY_DIGITS = 15            # base-3 digits a float32 word: 3**15 <= 2**24 < 3**16
+
+
+def digits_per_float32(base):
+    """Largest D with base**D <= 2**24, so every packed word, and the sum of the
+    workers' words, is an integer float32 holds exactly."""
+    digits, power = 0, 1
+    while power * base <= 1 << MANTISSA_F32:
+        power *= base
+        digits += 1
+    return digits
+
+
+def fp32_payload_words(n):
+    return HEADER_WORDS + n
+
+
+def topk_payload_words(k, filter_size):
+    return HEADER_WORDS + k + k * filter_size
+
+
+def ternary_payload_words(n):
+    return HEADER_WORDS + -(-n // TERNARY_DIGITS)
+
+
+def ternary_sum_words(n, num_workers):
+    """Words of a homomorphic ternary payload: codes + 1 as base-(2n+1) digits."""
+    return -(-n // digits_per_float32(2 * num_workers + 1))
+
+
+# payload words of a server-decoded codec from n and its header parameters a, b
+PAYLOAD_WORDS = {
+    FP32: lambda n, a, b: fp32_payload_words(n),
+    TOPK: lambda n, a, b: topk_payload_words(int(a), int(b)),
+    TERNARY: lambda n, a, b: ternary_payload_words(n),
+}
