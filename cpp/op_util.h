@@ -1,0 +1,169 @@
+// What every MXNet operator of the plugin shares (lib_api v11): attribute parsing, dtype
+// and shape checks, and OpSpec, the template that turns one small struct per op into
+// lib_api's four callbacks.  An op is declared as
+//
+//   struct MyOp : OpSpec {
+//     static constexpr const char* name = "kvx_my_op";
+//     static constexpr const char* inputs[] = {"grad", "residual"};   // all float32
+//     static constexpr int outputs = 2;                               // all float32
+//     static constexpr bool updates_second = true;    // input 1 updated in place
+//     using Params = MyParams;                        // parse(attrs, &error); NoParams
+//     static bool shape(const Params&, const Shapes& in, Shapes* out);
+//     static void forward(const Params&, Tensors& in, Tensors& out);
+//   };
+//   KVX_REGISTER_OP(MyOp);
+//
+// Invalid attributes, dtypes or shapes are programming errors and fail the call
+// (MXNetError in Python) with a message naming the op and the culprit; shape() reports
+// its own errors with MX_ERROR_MSG.  Every op has at least one output: lib_api v11
+// rejects ops without outputs (storage-type inference fails).
+#ifndef KVX_OP_UTIL_H_
+#define KVX_OP_UTIL_H_
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mxnet/lib_api.h"
+
+namespace kvx_ops {
+
+using mxnet::ext::MXReturnValue;
+using mxnet::ext::MXTensor;
+using mxnet::ext::MX_FAIL;
+using mxnet::ext::MX_SUCCESS;
+
+using Attrs = std::unordered_map<std::string, std::string>;
+using Shape = std::vector<unsigned int>;
+using Shapes = std::vector<Shape>;
+using Tensors = std::vector<MXTensor>;
+
+std::string shape_string(const Shape& shape);
+
+// ---- attributes: strings (Python's str() of each keyword argument) ------------------
+//
+// Every getter returns false and fills `error` on bad input.
+
+// Rejects unknown keys (typos would otherwise be silently ignored); "__" keys are
+// MXNet's own.
+bool check_keys(const Attrs& attrs, const std::vector<const char*>& allowed,
+                std::string* error);
+bool has(const Attrs& attrs, const char* key);
+bool get_int(const Attrs& attrs, const char* key, int64_t lo, int64_t hi, int64_t* value,
+             std::string* error);
+// A finite real >= lo (or > lo when strict); `fallback` when absent and not required.
+bool get_real(const Attrs& attrs, const char* key, double lo, bool strict, bool required,
+              double fallback, double* value, std::string* error);
+// "(64, 32, 5, 5)", "(10,)", "[3, 4]" or "7"; every dimension a positive integer.
+bool get_shape(const Attrs& attrs, const char* key, std::vector<int64_t>* shape,
+               std::string* error);
+
+struct NoParams {
+  bool parse(const Attrs& attrs, std::string* error) { return check_keys(attrs, {}, error); }
+};
+
+struct ShapeParams {
+  std::vector<int64_t> shape;
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"shape"}, error) && get_shape(attrs, "shape", &shape, error);
+  }
+};
+
+// ---- shapes -------------------------------------------------------------------------
+
+int64_t product(const std::vector<int64_t>& shape);
+int64_t product(const Shape& shape);
+Shape to_shape(const std::vector<int64_t>& dims);
+// 1-D output shape of `words` elements, checked against lib_api's 32-bit dimensions.
+bool flat_shape(const char* op, int64_t words, Shape* shape);
+bool same_shape(const char* op, const Shapes& in, size_t a, const char* name_a, size_t b,
+                const char* name_b);
+bool nonempty(const char* op, const Shape& shape, const char* name);
+// (grad, residual): float32 of the same non-empty shape.
+bool residual_shape(const char* op, const Shapes& in);
+// Rows (shape[0]) and row length of a tensor seen as filters x filter_size.
+template <class Dims>
+void filters_of(const Dims& shape, int64_t* filters, int64_t* filter_size) {
+  *filters = shape[0];
+  *filter_size = product(shape) / shape[0];
+}
+
+// ---- forward helpers ----------------------------------------------------------------
+
+inline float* f32(MXTensor& t) { return t.data<float>(); }
+inline void set_status(MXTensor& out, int status) { f32(out)[0] = static_cast<float>(status); }
+
+bool check_dtypes(const char* op, const std::vector<int>& types, const char* const* names,
+                  size_t count);
+// Forward-time re-check (inferType ran already; this guards direct misuse).
+bool forward_dtypes(const char* op, const Tensors& tensors, size_t count);
+MXReturnValue fail(const char* op, const std::string& message);
+
+// ---- one struct per op --------------------------------------------------------------
+
+struct OpSpec {
+  static constexpr bool updates_second = false;
+  using Params = NoParams;
+};
+
+template <class S>
+struct Op {
+  static constexpr size_t kInputs = sizeof(S::inputs) / sizeof(S::inputs[0]);
+
+  static bool parse_params(const Attrs& attrs, typename S::Params* p) {
+    std::string error;
+    if (p->parse(attrs, &error)) return true;
+    MX_ERROR_MSG << S::name << ": " << error;
+    return false;
+  }
+  static MXReturnValue parse(const Attrs& attrs, int* num_in, int* num_out) {
+    typename S::Params p;
+    if (!parse_params(attrs, &p)) return MX_FAIL;
+    *num_in = static_cast<int>(kInputs);
+    *num_out = S::outputs;
+    return MX_SUCCESS;
+  }
+  static MXReturnValue type(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
+    if (!check_dtypes(S::name, *in, S::inputs, kInputs)) return MX_FAIL;
+    for (int& t : *out) t = mxnet::ext::kFloat32;
+    return MX_SUCCESS;
+  }
+  static MXReturnValue shape(const Attrs& attrs, Shapes* in, Shapes* out) {
+    typename S::Params p;
+    return parse_params(attrs, &p) && S::shape(p, *in, out) ? MX_SUCCESS : MX_FAIL;
+  }
+  // A C++ exception (std::bad_alloc of a kernel's scratch) becomes an MXNet error
+  // instead of unwinding through the C boundary.
+  static MXReturnValue forward(const Attrs& attrs, Tensors* in, Tensors* out,
+                               const mxnet::ext::OpResource&) {
+    try {
+      typename S::Params p;
+      if (!parse_params(attrs, &p) || !forward_dtypes(S::name, *in, kInputs)) return MX_FAIL;
+      S::forward(p, *in, *out);
+      return MX_SUCCESS;
+    } catch (const std::exception& e) {
+      return fail(S::name, std::string("internal error: ") + e.what());
+    } catch (...) {
+      return fail(S::name, "internal error");
+    }
+  }
+  static MXReturnValue mutate_second(const Attrs&, std::vector<int>* indices) {
+    indices->push_back(1);
+    return MX_SUCCESS;
+  }
+  static mxnet::ext::CustomOp& define() {
+    auto& op = mxnet::ext::Registry<mxnet::ext::CustomOp>::get()->add(S::name);
+    op.setParseAttrs(parse).setInferType(type).setInferShape(shape).setForward(forward, "cpu");
+    if (S::updates_second) op.setMutateInputs(mutate_second);
+    return op;
+  }
+};
+
+}  // namespace kvx_ops
+
+#define KVX_REGISTER_OP(Spec) \
+  [[maybe_unused]] static const auto& kvx_registered_##Spec = kvx_ops::Op<Spec>::define()
+
+#endif  // KVX_OP_UTIL_H_
