@@ -13,6 +13,7 @@ import math
 
 from .base import GatherCodec, check_encoded
 from ..ops import op
+from ..rounds import Gather
 from ..wire import adacomp_payload_words
 
 
@@ -42,6 +43,14 @@ class AdaCompCodec(GatherCodec):
                                                    capacity=self.capacity)
         check_encoded(status)
         return payload
+
+    def step(self, grad, state, num_workers):
+        payload = self.encode(grad, state.residual)
+        # elements sent (header word 6), a view read only by whoever inspects it:
+        # bench/adacomp_layers.py's per-layer rates
+        state.last['sent'] = payload[6:7]
+        total = yield Gather('payload', payload, self.size)
+        return total.reshape(self.shape)
 
     def describe(self):
         return 'adacomp, bins of %d, at most %d of %d sent' % (self.bin, self.capacity,
