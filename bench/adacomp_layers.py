@@ -45,7 +45,6 @@ def main():
                             {'learning_rate': args.lr, 'momentum': args.momentum},
                             kvstore=kv, update_on_kvstore=False)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    names = {i: name for i, name in enumerate(net.collect_params())}
     sent = {}
     for epoch in range(args.epochs):
         order = np.random.default_rng(epoch).permutation(len(y))
@@ -68,16 +67,16 @@ def main():
         capacity = sum(c.capacity for c in chunks)
         slot = sum(c.payload_words() for c in chunks)
         counts = np.array(counts)
-        rows.append({'layer': names.get(key, str(key)), 'shape': list(state.shape),
+        rows.append({'key': key, 'kind': 'conv' if len(state.shape) >= 3 else 'fc', 'shape': list(state.shape),
                      'bin': state.codec.bin, 'capacity': capacity,
                      'sent_mean': counts.mean(), 'sent_frac_mean': counts.mean() / size,
                      'steps_at_capacity': float((counts >= capacity).mean()),
                      'payload_ratio': size / (8 * len(chunks) + counts.mean()),
                      'slot_ratio': size / slot})
         r = rows[-1]
-        print('%-28s %-18s bin %4d  sent %8.1f (%.3f%%)  at capacity %3.0f%% of steps  '
+        print('key %-4s %-4s %-18s bin %4d  sent %8.1f (%.3f%%)  at capacity %3.0f%% of steps  '
               'raw/payload %6.1f  raw/slot %6.1f' % (
-                  r['layer'], tuple(r['shape']), r['bin'], r['sent_mean'],
+                  r['key'], r['kind'], tuple(r['shape']), r['bin'], r['sent_mean'],
                   100 * r['sent_frac_mean'], 100 * r['steps_at_capacity'],
                   r['payload_ratio'], r['slot_ratio']))
     print('test accuracy %.4f, comm_stats %s' % (acc, kv.comm_stats()))
