@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "codecs/adacomp.h"
 #include "codecs/fp32.h"
 #include "codecs/ternary.h"
 #include "codecs/topk.h"
@@ -20,6 +21,10 @@ const CodecSpec kCodecs[] = {
      }},
     {kCodecTernary, "ternary", ternary_decode, ternary_decode_add,
      [](int64_t n, float, float) { return ternary_payload_words(n); }},
+    {kCodecAdacomp, "adacomp", adacomp_decode, adacomp_decode_add,
+     [](int64_t n, float, float count) {
+       return adacomp_payload_words(n, static_cast<int64_t>(count));
+     }},
 };
 const int kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);
 

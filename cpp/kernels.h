@@ -18,6 +18,7 @@
 #define KVX_KERNELS_H_
 
 #include "codec_table.h"
+#include "codecs/adacomp.h"
 #include "codecs/fp32.h"
 #include "codecs/ternary.h"
 #include "codecs/topk.h"

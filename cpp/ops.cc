@@ -15,6 +15,8 @@
 //                                                      -> words f32[ceil(n/D)], status
 //   kvx_ternary_decode_sum(words f32; threshold, num_workers, shape)
 //                                                      -> out f32[shape], status
+//   kvx_adacomp_encode(grad, residual*; bin, capacity) -> payload f32[8+capacity*E], status
+//                                  (E = 1 word an entry, 2 above 2^23 elements)
 //   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
 //
 // `*` marks an input updated in place (setMutateInputs).  O = shape[0] of the tensor,
@@ -282,6 +284,42 @@ struct TernaryDecodeSum : OpSpec {
   }
 };
 
+// ---- AdaComp --------------------------------------------------------------------------
+
+struct AdacompParams {
+  int64_t bin = 0, capacity = 0;
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"bin", "capacity"}, error) &&
+           get_int(attrs, "bin", 1, kvx::kExactF32, &bin, error) &&
+           get_int(attrs, "capacity", 1, kvx::kExactF32, &capacity, error);
+  }
+};
+
+// The payload is sized for `capacity` entries; the header's body length says how many
+// were sent (the rest is zeros).
+struct AdacompEncode : OpSpec {
+  static constexpr const char* name = "kvx_adacomp_encode";
+  static constexpr const char* inputs[] = {"grad", "residual"};
+  static constexpr int outputs = 2;
+  static constexpr bool updates_second = true;
+  using Params = AdacompParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    if (!residual_shape(name, in)) return false;
+    const int64_t n = product(in[0]);
+    if (p.capacity > n) {
+      MX_ERROR_MSG << name << ": capacity=" << p.capacity << " exceeds the " << n
+                   << " elements of grad " << shape_string(in[0]);
+      return false;
+    }
+    (*out)[1] = Shape{1};
+    return flat_shape(name, kvx::adacomp_payload_words(n, p.capacity), &(*out)[0]);
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::adacomp_encode(f32(in[0]), f32(in[1]), in[0].size(), p.bin,
+                                           p.capacity, f32(out[0])));
+  }
+};
+
 // ---- server-decode aggregation ----------------------------------------------------------
 
 struct DecodeSlotsParams {
@@ -326,6 +364,7 @@ KVX_REGISTER_OP(TopkScatter);
 KVX_REGISTER_OP(TernaryEncode);
 KVX_REGISTER_OP(TernaryEncodeSum);
 KVX_REGISTER_OP(TernaryDecodeSum);
+KVX_REGISTER_OP(AdacompEncode);
 KVX_REGISTER_OP(DecodeSlots);
 
 // lib_api v11 ships with MXNet 1.7+; MXNet passes its version as 10000*major + 100*minor.

@@ -9,6 +9,8 @@
 //   kvx_topk_decode_add(payload, acc*)                 -> status
 //   kvx_ternary_decode(payload; shape)                 -> out f32[shape], status
 //   kvx_ternary_decode_add(payload, acc*)              -> status
+//   kvx_adacomp_decode(payload; shape)                 -> out f32[shape], status
+//   kvx_adacomp_decode_add(payload, acc*)              -> status
 //   kvx_filter_scores(x)                               -> scores f32[O]
 //   kvx_twobit_encode(grad, residual*; threshold)      -> words f32[ceil(n/16)] (raw bits)
 //   kvx_twobit_decode(words; threshold, shape)         -> out f32[shape]
@@ -91,6 +93,13 @@ struct TernaryDecode : DecodeOp<kvx::ternary_decode> {
 };
 struct TernaryDecodeAdd : DecodeAddOp<TernaryDecodeAdd, kvx::ternary_decode_add> {
   static constexpr const char* name = "kvx_ternary_decode_add";
+};
+
+struct AdacompDecode : DecodeOp<kvx::adacomp_decode> {
+  static constexpr const char* name = "kvx_adacomp_decode";
+};
+struct AdacompDecodeAdd : DecodeAddOp<AdacompDecodeAdd, kvx::adacomp_decode_add> {
+  static constexpr const char* name = "kvx_adacomp_decode_add";
 };
 
 struct FilterScores : OpSpec {
@@ -178,6 +187,8 @@ KVX_REGISTER_OP(TopkDecode);
 KVX_REGISTER_OP(TopkDecodeAdd);
 KVX_REGISTER_OP(TernaryDecode);
 KVX_REGISTER_OP(TernaryDecodeAdd);
+KVX_REGISTER_OP(AdacompDecode);
+KVX_REGISTER_OP(AdacompDecodeAdd);
 KVX_REGISTER_OP(FilterScores);
 KVX_REGISTER_OP(TwoBitEncode);
 KVX_REGISTER_OP(TwoBitDecode);

@@ -13,8 +13,8 @@ import pytest
 from kvx_ref import codecs as ref
 from kvstore_ext import chunking
 from kvstore_ext.codecs import (FP32Codec, FilterTopKCodec, TernaryCodec,
-                                AdditiveTernaryCodec, AdditiveTopKCodec)
-from kvstore_ext.schemes import Hylo, NoCompression
+                                AdditiveTernaryCodec, AdditiveTopKCodec, AdaCompCodec)
+from kvstore_ext.schemes import AdaComp, Hylo, NoCompression
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, 'dist_jobs', 'aggregate_job.py')
@@ -62,6 +62,8 @@ def encode(codec, grad, residual, scale=None):
     """(payload, new residual, status) of a server-decoded codec, by the reference."""
     if isinstance(codec, FilterTopKCodec):
         return ref.topk_encode(grad, residual, codec.k)
+    if isinstance(codec, AdaCompCodec):
+        return ref.adacomp_encode(grad, residual, codec.bin, codec.capacity)
     return ref.ternary_encode(grad, residual, codec.scale if scale is None else scale,
                               codec.threshold, mean_value=codec.value == 'mean')
 
@@ -69,6 +71,8 @@ def encode(codec, grad, residual, scale=None):
 def decode(codec, payload):
     if isinstance(codec, FilterTopKCodec):
         return ref.topk_decode(payload, codec.size)
+    if isinstance(codec, AdaCompCodec):      # the slot's padding is not the payload's
+        return ref.adacomp_decode(payload[:8 + int(payload[7])], codec.size)
     return ref.ternary_decode(payload, codec.size)
 
 
@@ -82,7 +86,7 @@ def reference_chunk(codec, grads, residuals, agreed, carried, workers):
     compressed reply."""
     if isinstance(codec, FP32Codec):
         return sum(grads[1:], grads[0].copy()), False, None   # server adds in arrival order
-    if isinstance(codec, (FilterTopKCodec, TernaryCodec)):
+    if isinstance(codec, (FilterTopKCodec, TernaryCodec, AdaCompCodec)):
         total = np.zeros(codec.size, np.float32)
         for w, g in enumerate(grads):                      # server decodes in rank order
             payload, new_res, status = encode(codec, g, residuals[w])
@@ -144,7 +148,11 @@ MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
          # float32 through MXNet's own pushpull, chunk by chunk on views of the arrays
          'none': ('dist_sync_none', NoCompression, {'chunk_size': 1024}),
          # codecs change at steps 2 and 4 (aggregate_job.replanning_scheme)
-         'replan': ('dist_sync_test_replan', job.replanning_scheme(), PARAMS)}
+         'replan': ('dist_sync_test_replan', job.replanning_scheme(), PARAMS),
+         # small bins and a tight slot, so that chunks overflow their capacity
+         'adacomp': ('dist_sync_adacomp', AdaComp, {'size_threshold': 100, 'chunk_size': 1024,
+                                                    'bin_conv': 9, 'bin_fc': 40,
+                                                    'max_per_bin': 1.5})}
 STEPS_OF = {'replan': 6}
 
 
@@ -152,7 +160,7 @@ STEPS_OF = {'replan': 6}
     (mode, w, s) for mode in ('server', 'server-compressed', 'homomorphic')
     for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
 ] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1), ('none', 2, 2),
-       ('replan', 2, 2), ('replan', 4, 1)])
+       ('replan', 2, 2), ('replan', 4, 1), ('adacomp', 2, 2), ('adacomp', 4, 1)])
 def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
     kvstore, scheme_class, params = MODES[mode]
     steps = STEPS_OF.get(mode, STEPS)

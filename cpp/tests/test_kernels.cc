@@ -1004,6 +1004,190 @@ void test_twobit() {
   }
 }
 
+// ---- AdaComp ---------------------------------------------------------------------------
+
+// Payload trimmed to what its header says (the encoder pads it to the capacity).
+Floats adacomp_trim(const Floats& slot) {
+  return Floats(slot.begin(), slot.begin() + kHeaderWords + static_cast<int64_t>(slot[7]));
+}
+
+void test_adacomp_hand() {
+  g_test = "adacomp_hand";
+  // Bin 0: G = [1.5, -2, 1], H = [2.5, -2, 1], max|G| = 2: elements 0 (+) and 1 (-).
+  // Bin 1: G = [0, 0, -1], H = [0, 0, -2], max|G| = 1: element 5 (-).
+  // scale = (2 + 1) / 2 bins.
+  const Floats g = {1, 0, 0, 0, 0, -1}, r0 = {0.5f, -2, 1, 0, 0, 0};
+  Floats r = r0, p(kvx::adacomp_payload_words(6, 4), 9.0f);
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), 6, 3, 4, p.data()), kvx::kOk);
+  CHECK(same_bits(p, Floats({kvx::kMagic, kvx::kCodecAdacomp, kvx::kVersion, 6, 0, 1.5f, 3, 3,
+                             0, 3, 11, 0})));
+  CHECK(same_bits(r, Floats({0, -0.5f, 1, 0, 0, -1 + 1.5f})));
+  Floats out(6, 7.0f);
+  const Floats payload = adacomp_trim(p);
+  CHECK_EQ(kvx::adacomp_decode(payload.data(), payload.size(), 6, out.data()), kvx::kOk);
+  CHECK(same_bits(out, Floats({1.5f, -1.5f, 0, 0, 0, -1.5f})));
+  Floats acc(6, 1.0f);
+  CHECK_EQ(kvx::adacomp_decode_add(payload.data(), payload.size(), 6, acc.data()), kvx::kOk);
+  CHECK(same_bits(acc, Floats({2.5f, -0.5f, 1, 1, 1, -0.5f})));
+  // Capacity 2: |H| = 2.5, 2, 2 qualify; the tie goes to the lower index, element 5
+  // stays in the residual.
+  r = r0;
+  Floats q(kvx::adacomp_payload_words(6, 2));
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), 6, 3, 2, q.data()), kvx::kOk);
+  CHECK(same_bits(q, Floats({kvx::kMagic, kvx::kCodecAdacomp, kvx::kVersion, 6, 0, 1.5f, 2, 2,
+                             0, 3})));
+  CHECK(same_bits(r, Floats({0, -0.5f, 1, 0, 0, -1})));
+  // grad and residual may alias: acc = 2 grad, H = 3 grad.
+  Floats x = {1, -4, 2};
+  Floats a(kvx::adacomp_payload_words(3, 3));
+  CHECK_EQ(kvx::adacomp_encode(x.data(), x.data(), 3, 3, 3, a.data()), kvx::kOk);
+  CHECK_EQ(a[6], 1.0f);     // |H| = 3, 12, 6 against max|G| = 8: element 1 only
+  CHECK_EQ(a[8], 3.0f);     // code 2 * 1 + 1
+  CHECK(same_bits(x, Floats({2, -8 + 8, 4})));
+  // Zero gradient and residual: nothing qualifies (a bin of zeros sends nothing).
+  Floats z(10, 0.0f), zr(10, 0.0f), zp(kvx::adacomp_payload_words(10, 5), 3.0f);
+  CHECK_EQ(kvx::adacomp_encode(z.data(), zr.data(), 10, 4, 5, zp.data()), kvx::kOk);
+  CHECK_EQ(zp[6], 0.0f);
+  CHECK_EQ(zp[7], 0.0f);
+  CHECK(all_zero(Floats(zp.begin() + kHeaderWords, zp.end())));
+  // Bad parameters.
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), 6, 0, 2, q.data()), kvx::kBadParam);
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), 6, 3, 7, p.data()), kvx::kBadParam);
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), 6, 3, 0, q.data()), kvx::kBadParam);
+}
+
+// Random tensors: decode is +-scale at the sent indices, the residual is G - decoded
+// there and G elsewhere, every sent element passed its bin's test.
+void check_adacomp_roundtrip(int64_t n, int64_t bin, int64_t capacity, const Floats& g,
+                             const Floats& r0) {
+  Floats r = r0, p(kvx::adacomp_payload_words(n, capacity));
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), n, bin, capacity, p.data()), kvx::kOk);
+  const Floats payload = adacomp_trim(p);
+  const int64_t count = static_cast<int64_t>(p[6]);
+  CHECK(count <= capacity);
+  CHECK_EQ(static_cast<int64_t>(payload.size()), kvx::adacomp_payload_words(n, count));
+  Floats out(n);
+  CHECK_EQ(kvx::adacomp_decode(payload.data(), payload.size(), n, out.data()), kvx::kOk);
+  bool ok = true;
+  int64_t nonzero = 0;
+  const int64_t bins = (n + bin - 1) / bin;
+  std::vector<float> gmax(bins, 0.0f);
+  for (int64_t j = 0; j < n; ++j)
+    gmax[j / bin] = std::max(gmax[j / bin], std::fabs(g[j] + r0[j]));
+  for (int64_t j = 0; j < n; ++j) {
+    const float acc = g[j] + r0[j], h = acc + g[j];
+    if (out[j] != 0.0f) {
+      ++nonzero;
+      ok = ok && std::fabs(out[j]) == p[5] && (out[j] < 0) == (h < 0) &&
+           std::fabs(h) >= gmax[j / bin] && bits_of(r[j]) == bits_of(acc - out[j]);
+    } else {
+      ok = ok && bits_of(r[j]) == bits_of(acc);
+    }
+  }
+  CHECK(ok);
+  CHECK_EQ(nonzero, count);
+}
+
+void test_adacomp_roundtrips() {
+  g_test = "adacomp_roundtrips";
+  for (int64_t n : {int64_t{1}, int64_t{49}, int64_t{50}, int64_t{51}, int64_t{1000}, (int64_t{1} << 16) + 7}) {
+    for (int64_t bin : {1, 50, 500}) {
+      const Floats g = randn(n, n + bin), r0 = randn(n, n + bin + 1, 2.0f);
+      check_adacomp_roundtrip(n, bin, n, g, r0);                       // no overflow
+      check_adacomp_roundtrip(n, bin, std::max<int64_t>(1, n / 100), g, r0);
+    }
+  }
+  // Above 2^23 elements an entry takes two words; above 2^24 the index does not fit one.
+  CHECK_EQ(kvx::adacomp_entry_words(int64_t{1} << 23), 1);
+  CHECK_EQ(kvx::adacomp_entry_words((int64_t{1} << 23) + 1), 2);
+  const int64_t n = (int64_t{1} << 24) + 37;
+  Floats g(n, 0.0f), r0(n, 0.0f);
+  const int64_t spikes[] = {0, 12345, (int64_t{1} << 23) + 1, (int64_t{1} << 24) - 1,
+                            int64_t{1} << 24, n - 1};
+  for (int64_t j : spikes) g[j] = (j % 2) ? -3.0f : 3.0f;
+  check_adacomp_roundtrip(n, 500, 100, g, r0);
+  Floats r = r0, p(kvx::adacomp_payload_words(n, 100));
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), n, 500, 100, p.data()), kvx::kOk);
+  CHECK_EQ(p[6], 6.0f);
+  CHECK_EQ(p[7], 12.0f);
+  // Last entry: index n - 1 = 2^24 + 36 (even, +): code 2^25 + 72 = 72 + 2 * 2^24.
+  CHECK_EQ(p[kHeaderWords + 10], 72.0f);
+  CHECK_EQ(p[kHeaderWords + 11], 2.0f);
+}
+
+void test_adacomp_nonfinite() {
+  g_test = "adacomp_nonfinite";
+  for (float bad : {kNaN, kInf, -kInf, 3e38f}) {
+    Floats g = randn(100, 5), r0 = randn(100, 6);
+    g[57] = bad;  // 3e38: G is finite, H = G + grad overflows
+    Floats r = r0, p(kvx::adacomp_payload_words(100, 10), 4.0f);
+    CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), 100, 50, 10, p.data()), kvx::kNonFinite);
+    CHECK(same_bits(r, r0));
+    CHECK(all_zero(p));
+  }
+}
+
+void test_adacomp_malformed() {
+  g_test = "adacomp_malformed";
+  const int64_t n = 40;
+  Floats g = randn(n, 8), r(n, 0.0f), slot(kvx::adacomp_payload_words(n, n));
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), n, 10, n, slot.data()), kvx::kOk);
+  const Floats good = adacomp_trim(slot);
+  CHECK(good.size() >= kHeaderWords + 3);
+  auto decode = [&](const Floats& p) {
+    Floats out(n, 7.0f);
+    const int status = kvx::adacomp_decode(p.data(), p.size(), n, out.data());
+    if (status != kvx::kOk) CHECK(all_zero(out));
+    Floats acc(n, 1.0f);
+    CHECK_EQ(kvx::adacomp_decode_add(p.data(), p.size(), n, acc.data()), status);
+    if (status != kvx::kOk) CHECK(same_bits(acc, Floats(n, 1.0f)));
+    return status;
+  };
+  auto with = [&](size_t at, float v) {
+    Floats p = good;
+    p[at] = v;
+    return p;
+  };
+  CHECK_EQ(decode(good), kvx::kOk);
+  CHECK_EQ(decode(with(0, 1.0f)), kvx::kBadMagic);
+  CHECK_EQ(decode(with(1, kvx::kCodecTopk)), kvx::kBadCodec);
+  CHECK_EQ(decode(with(3, n + 1.0f)), kvx::kBadSize);
+  CHECK_EQ(decode(slot), kvx::kBadSize);          // untrimmed: body length disagrees
+  // Scale NaN / Inf / negative; count non-integral, beyond n or not the body's.
+  CHECK_EQ(decode(with(5, kNaN)), kvx::kBadParam);
+  CHECK_EQ(decode(with(5, kInf)), kvx::kBadParam);
+  CHECK_EQ(decode(with(5, -1.0f)), kvx::kBadParam);
+  CHECK_EQ(decode(with(6, 1.5f)), kvx::kBadParam);
+  CHECK_EQ(decode(with(6, good[6] + 1)), kvx::kBadParam);
+  CHECK_EQ(decode(with(6, kNaN)), kvx::kBadParam);
+  // Entries: not an integer, negative, >= 2^24, index >= n, repeated, descending.
+  CHECK_EQ(decode(with(8, 0.5f)), kvx::kBadWord);
+  CHECK_EQ(decode(with(8, -2.0f)), kvx::kBadWord);
+  CHECK_EQ(decode(with(8, kNaN)), kvx::kBadWord);
+  CHECK_EQ(decode(with(8, 16777216.0f)), kvx::kBadWord);
+  CHECK_EQ(decode(with(8 + 1, 2.0f * n)), kvx::kBadIndex);
+  CHECK_EQ(decode(with(8 + 1, good[8])), kvx::kBadIndex);
+  CHECK_EQ(decode(with(8 + 1, good[8] + 1 - static_cast<float>(static_cast<int>(good[8]) % 2))),
+           kvx::kBadIndex);  // same index, other sign
+  Floats swapped = good;
+  std::swap(swapped[8], swapped[9]);
+  CHECK_EQ(decode(swapped), kvx::kBadIndex);
+  // The servers' dispatch: an AdaComp slot (payload + padding) decodes by its header,
+  // a malformed one is reported and the good one still counts.
+  Floats slots(2 * slot.size(), 5.0f);
+  std::copy(good.begin(), good.end(), slots.begin());
+  Floats bad = with(8 + 1, 2.0f * n);
+  std::copy(bad.begin(), bad.end(), slots.begin() + slot.size());
+  Floats sum(n), status(2);
+  CHECK_EQ(kvx::decode_slots(slots.data(), 2, slot.size(), sum.data(), n, status.data()),
+           kvx::kBadIndex);
+  CHECK_EQ(status[0], 0.0f);
+  CHECK_EQ(status[1], static_cast<float>(kvx::kBadIndex));
+  Floats one(n);
+  CHECK_EQ(kvx::adacomp_decode(good.data(), good.size(), n, one.data()), kvx::kOk);
+  CHECK(same_bits(sum, one));
+}
+
 }  // namespace
 
 int main() {
@@ -1026,6 +1210,10 @@ int main() {
   test_ternary_sum_decode_bases();
   test_ternary_sum_errors();
   test_twobit();
+  test_adacomp_hand();
+  test_adacomp_roundtrips();
+  test_adacomp_nonfinite();
+  test_adacomp_malformed();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures > 100 ? 100 : g_failures;
 }

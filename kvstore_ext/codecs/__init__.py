@@ -4,3 +4,4 @@ from .fp32 import FP32Codec  # noqa: F401
 from .topk import FilterTopKCodec  # noqa: F401
 from .ternary import TernaryCodec  # noqa: F401
 from .additive import AdditiveTernaryCodec, AdditiveTopKCodec  # noqa: F401
+from .adacomp import AdaCompCodec  # noqa: F401

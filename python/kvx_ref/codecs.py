@@ -309,9 +309,86 @@ def twobit_decode(words, threshold, n):
     return np.where(bits == 3, t, np.where(bits == 2, -t, f32(0))).astype(f32)
 
 
+# -- AdaComp (Chen et al. 2018, arXiv 1712.02679; docs/SCHEMES.md) ---------------
+
+def adacomp_entry_words(n):
+    """An entry is the code 2 * index + (H < 0): one float32 word while codes stay below
+    2**24 (n <= 2**23), else two (code % 2**24, code // 2**24)."""
+    return 1 if 2 * n <= 1 << 24 else 2
+
+
+def adacomp_encode(grad, residual, bin_len, capacity):
+    """Localized selection: G = grad + residual, H = G + grad; in each bin of ``bin_len``
+    elements of the flattened G, send every j with |H_j| >= max|G| of its bin (bins whose
+    G is all zero send nothing), at most ``capacity`` of them: the largest |H| go, ties to
+    the lower index. Each sent element stands for sign(H_j) * scale, scale = the mean of
+    the bins' max|G| (float64 sum in bin order, then float32); the residual keeps
+    G - sign * scale there and G elsewhere.
+
+    Payload of ``8 + capacity * E`` words: header (a = scale, b = count, body = count * E
+    words), the entries by ascending index, zeros after them.
+    """
+    if not (bin_len >= 1 and 1 <= capacity <= np.size(grad)):
+        raise ValueError('need bin_len >= 1 and 1 <= capacity <= n')
+    g = np.asarray(grad, f32).reshape(-1)
+    acc = _acc(grad, residual).reshape(-1)
+    n = acc.size
+    width = adacomp_entry_words(n)
+    payload = np.zeros(HEADER_WORDS + capacity * width, f32)
+    with np.errstate(over='ignore', invalid='ignore'):
+        h = (acc + g).astype(f32)
+    if not np.isfinite(h).all():          # H finite implies grad, residual, G finite
+        return payload, np.asarray(residual, f32).copy(), NONFINITE
+    bins = -(-n // bin_len)
+    padded = np.zeros(bins * bin_len, f32)
+    padded[:n] = np.abs(acc)
+    gmax = padded.reshape(bins, bin_len).max(axis=1)
+    threshold = np.repeat(gmax, bin_len)[:n]
+    mag = np.abs(h)
+    sent = np.nonzero((threshold > 0) & (mag >= threshold))[0]
+    if sent.size > capacity:
+        sent = np.sort(sent[np.lexsort((sent, -mag[sent]))[:capacity]])
+    scale = f32(np.cumsum(gmax.astype(np.float64))[-1] / bins)
+    negative = h[sent] < 0
+    codes = 2 * sent.astype(np.int64) + negative
+    entries = np.stack([codes % (1 << 24), codes >> 24], axis=1)[:, :width]
+    payload[:HEADER_WORDS] = make_header(wire.ADACOMP, n, scale, sent.size, sent.size * width)
+    payload[HEADER_WORDS:HEADER_WORDS + entries.size] = entries.reshape(-1)
+    new_res = acc.copy()
+    new_res[sent] = acc[sent] - np.where(negative, -scale, scale).astype(f32)
+    return payload, new_res.reshape(np.shape(grad)), OK
+
+
+def adacomp_decode(payload, n):
+    """+-scale at the sent indices. ``payload`` is the header and its body (a slot's
+    padding removed, as decode_slots does)."""
+    status, scale, count = check_header(payload, wire.ADACOMP, n)
+    out = np.zeros(n, f32)
+    if status != OK:
+        return out, status
+    width = adacomp_entry_words(n)
+    if n > 1 << 47:
+        return out, wire.BAD_SIZE
+    if not np.isfinite(scale) or scale < 0 or count != np.floor(count) or not \
+            0 <= count <= n or payload.size != HEADER_WORDS + count * width:
+        return out, BAD_PARAM
+    words = payload[HEADER_WORDS:].astype(np.float64).reshape(-1, width)
+    if (words != np.floor(words)).any() or (words < 0).any() or (words >= 1 << 24).any():
+        return out, BAD_WORD
+    codes = words[:, 0].astype(np.int64)
+    if width == 2:
+        codes += words[:, 1].astype(np.int64) << 24
+    index = codes >> 1
+    if (index >= n).any() or (np.diff(index) <= 0).any():
+        return out, BAD_INDEX
+    out[index] = np.where(codes & 1, -f32(scale), f32(scale)).astype(f32)
+    return out, OK
+
+
 # -- server-decode aggregation ----------------------------------------------------
 
-_DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: ternary_decode}
+_DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: ternary_decode,
+             wire.ADACOMP: adacomp_decode}
 
 
 def decode_slots(slots, capacity):

@@ -1,0 +1,53 @@
+"""AdaComp: per-bin residue selection, index + sign, one scale a tensor (server-decoded).
+
+Chen et al., "AdaComp: Adaptive Residual Gradient Compression", AAAI 2018,
+arXiv 1712.02679, Algorithm 1 (shared/papers/adacomp.md; docs/SCHEMES.md).
+
+Per tensor, after the worker has summed its devices:
+
+1. **Size threshold.** Tensors with fewer than ``size_threshold`` elements (32768, as
+   Hylo, so that the two schemes compress the same tensors) and non-float32 tensors go
+   float32, uncompressed.
+2. **Residual.** ``G = residual + grad`` (the residue that error feedback carries) and
+   ``H = G + grad`` (the residue plus the latest gradient once more: elements still
+   growing are favoured).
+3. **Bins.** The flattened G is cut into bins of ``bin_conv`` (50) elements for conv
+   tensors (3-D and more) and ``bin_fc`` (500) for the others; a chunk of a large tensor
+   (``chunk_size``) starts bins of its own. ``gmax`` = max|G| over each bin.
+4. **Selection.** Every element with ``|H_j| >= gmax`` of its bin is sent (a bin whose
+   G is all zero sends nothing): the number sent adapts to how peaked each bin is, with
+   no global sort.
+5. **Quantisation.** A sent element is its index and the sign of H_j; every sent
+   element stands for one scale per tensor, the mean of the bins' gmax. The residual
+   becomes ``G_j - sign_j * scale`` for the sent elements and ``G`` elsewhere.
+6. **Capacity.** A parameter-server slot has a fixed size, so at most
+   ``ceil(max_per_bin * bins)`` elements (3 per bin on average) are sent; if more
+   qualify, those with the largest |H| go and the rest stay in G (they qualify again
+   next step). The payload is 32 bits an element sent (64 above 2**23 elements).
+7. **Aggregation** (server-decode mode, as Hylo's paper design): the servers decode every
+   worker's payload (C++, ``decode_slots``) and sum; workers pull float32.
+"""
+import numpy as np
+
+from .base import Scheme
+from ..codecs import AdaCompCodec
+from ..params import Param
+
+
+class AdaComp(Scheme):
+    name = 'adacomp'
+    PARAMS = {
+        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
+                                low=0),
+        'bin_conv': Param('int', 50, 'bin length for conv tensors (3-D and more)', low=1),
+        'bin_fc': Param('int', 500, 'bin length for FC and other tensors', low=1),
+        'max_per_bin': Param('float', 3.0, 'slot capacity: elements sent per bin on average '
+                             'at most (the largest |H| go first)', low=0, low_open=True),
+    }
+
+    def codec_for(self, shape, dtype, step=0):
+        size = int(np.prod(shape)) if len(shape) else 1
+        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+            return self.uncompressed(shape, dtype)
+        bin_len = self.params['bin_conv'] if len(shape) >= 3 else self.params['bin_fc']
+        return AdaCompCodec(shape, bin_len, self.params['max_per_bin'])
