@@ -12,18 +12,28 @@
 
 namespace kvx {
 
+// A header parameter that counts something: an integer float32 holds exactly, else -1,
+// so that a table lookup on a malformed header never converts NaN or 1e30 to int64.
+static int64_t count_param(float x) {
+  return x >= 0 && x < static_cast<float>(kExactF32) && x == std::floor(x)
+             ? static_cast<int64_t>(x)
+             : -1;
+}
+
 const CodecSpec kCodecs[] = {
     {kCodecFp32, "fp32", fp32_decode, fp32_decode_add,
      [](int64_t n, float, float) { return fp32_payload_words(n); }},
     {kCodecTopk, "topk", topk_decode, topk_decode_add,
-     [](int64_t, float k, float filter_size) {
-       return topk_payload_words(static_cast<int64_t>(k), static_cast<int64_t>(filter_size));
+     [](int64_t, float k, float filter_size) -> int64_t {
+       const int64_t rows = count_param(k), row = count_param(filter_size);
+       return rows < 0 || row < 0 ? -1 : topk_payload_words(rows, row);
      }},
     {kCodecTernary, "ternary", ternary_decode, ternary_decode_add,
      [](int64_t n, float, float) { return ternary_payload_words(n); }},
     {kCodecAdacomp, "adacomp", adacomp_decode, adacomp_decode_add,
-     [](int64_t n, float, float count) {
-       return adacomp_payload_words(n, static_cast<int64_t>(count));
+     [](int64_t n, float, float count) -> int64_t {
+       const int64_t entries = count_param(count);
+       return entries < 0 ? -1 : adacomp_payload_words(n, entries);
      }},
 };
 const int kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);

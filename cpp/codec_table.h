@@ -16,7 +16,8 @@ struct CodecSpec {
   const char* name;          // kvstore_ext's codec name (Codec.name)
   DecodeFn decode;           // out = the decoded tensor (zeros if malformed)
   DecodeFn decode_add;       // acc += the decoded tensor (untouched if malformed)
-  // Payload length for n elements and header parameters a, b.
+  // Payload length for n elements and header parameters a, b; -1 if a or b cannot be
+  // the codec's (not an integer count, say).
   int64_t (*payload_words)(int64_t n, float a, float b);
 };
 

@@ -572,6 +572,13 @@ def _swap_indices(p):
     return p
 
 
+def _short_body(p):
+    """Header and length agree with each other, not with n: a body one value short."""
+    p = p[:-1].copy()
+    p[7] -= 1
+    return p
+
+
 def _extra_word(p):
     p = np.concatenate([p, np.zeros(1, f32)])
     p[7] += 1
@@ -586,6 +593,8 @@ MALFORMED = [
     ('fp32', _set(3, 6.0), wire.BAD_SIZE),
     ('fp32', _set(7, 4.0), wire.BAD_SIZE),
     ('fp32', _truncate, wire.BAD_SIZE),
+    ('fp32', _short_body, wire.BAD_SIZE),      # read past the body before the fix
+    ('fp32', _extra_word, wire.BAD_SIZE),
     ('topk', _set(0, np.nan), wire.BAD_MAGIC),
     ('topk', _set(2, 0.0), wire.BAD_VERSION),
     ('topk', _set(1, wire.TERNARY), wire.BAD_CODEC),

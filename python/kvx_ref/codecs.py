@@ -44,6 +44,8 @@ def fp32_encode(grad):
 
 def fp32_decode(payload, n):
     status, _, _ = check_header(payload, wire.FP32, n)
+    if status == OK and payload.size != HEADER_WORDS + n:
+        status = BAD_SIZE        # a body shorter or longer than the n values it claims
     if status != OK:
         return np.zeros(n, f32), status
     return payload[HEADER_WORDS:].copy(), OK
