@@ -13,7 +13,7 @@ return BAD_PARAM; ternary_decode_sum, a decoder, returns BAD_PARAM too.
 import numpy as np
 
 from . import wire
-from .wire import (HEADER_WORDS, OK, NONFINITE, BAD_PARAM, BAD_INDEX, BAD_WORD,
+from .wire import (HEADER_WORDS, OK, NONFINITE, BAD_SIZE, BAD_PARAM, BAD_INDEX, BAD_WORD,
                    make_header, check_header, pack_digits, unpack_digits, digits_per_word)
 
 f32 = np.float32
