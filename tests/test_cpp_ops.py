@@ -188,6 +188,15 @@ def test_acc_statistics(ops, kind):
         if len(shape) > 1:
             got = ops.kvx_acc_filter_scores(nd(grad), nd(residual)).asnumpy()
             assert same_bits(got, ref.filter_scores(acc).astype(f32)), shape
+        # the 'mean' agreement's words: the threshold decision is the reference's exactly
+        # (count), the sum of the selected magnitudes is summed in another order
+        magnitude = np.abs(acc.reshape(-1))
+        total = np.abs(acc.astype(np.float64)).sum()
+        above = magnitude >= np.float32(total) * np.float32(2.0 / acc.size)
+        got = ops.kvx_acc_abs_stats(nd(grad), nd(residual), scale=2.0).asnumpy()
+        assert got[0] == np.float32(total) and got[2] == above.sum(), shape
+        np.testing.assert_allclose(got[1], magnitude[above].sum(dtype=np.float64),
+                                   rtol=1e-6, err_msg=str(shape))
 
 
 @pytest.mark.parametrize('shape', [(1, 1), (10, 3), (16, 8, 3, 3), (64, 3, 5, 5)])
@@ -681,7 +690,8 @@ def test_invalid_attrs_and_dtypes(ops):
     _raises(lambda: ops.kvx_ternary_decode_sum(nd(np.zeros(2)), threshold=0.5,   # float64
                                                num_workers=2, shape=(12,)))
     _raises(lambda: ops.kvx_twobit_encode(g, r, threshold=0.0))
-    for stat in (ops.kvx_acc_abs_sum, ops.kvx_acc_filter_scores):
+    _raises(lambda: ops.kvx_acc_abs_stats(g, r, scale=-1.0))
+    for stat in (ops.kvx_acc_abs_sum, ops.kvx_acc_filter_scores, ops.kvx_acc_abs_stats):
         _raises(lambda: stat(g, nd(np.zeros((3, 4), f32))))
         _raises(lambda: stat(g.astype('float64'), r))
         _raises(lambda: stat(g, r, k=1))

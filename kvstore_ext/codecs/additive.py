@@ -49,13 +49,8 @@ class AdditiveTernaryCodec(AgreedCodec):
         if self.agreement_words == 1:
             return op('kvx_acc_abs_sum')(grad, residual)
         # [sum|acc|, sum of |acc| >= t_w, count], t_w = scale * mean|acc| of this
-        # worker's own acc (what it would select alone): no state, and the sum over
-        # workers is the same on every worker (MXNet ops: a temporary of the chunk)
-        from mxnet import ndarray
-        magnitude = (grad.reshape((-1,)) + residual.reshape((-1,))).abs()
-        total = magnitude.sum()
-        above = magnitude >= total * (self.scale / self.size)
-        return ndarray.concat(total, (magnitude * above).sum(), above.sum(), dim=0)
+        # worker's own acc (what it would select alone): no state, one C++ pass more
+        return op('kvx_acc_abs_stats')(grad, residual, scale=self.scale)
 
     def settle(self, agreed, num_workers):
         """(t, v), float32 values identical on every worker: t fixed or from the agreed
