@@ -10,39 +10,24 @@ Encoders get their residual restored before every call (outside the timing).
         [--json bench/results/kernels_cpp_table.json]
 """
 import argparse
-import ctypes
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernels  # noqa: E402  (bench/kernels.py: the C API's ctypes signatures)
+
 f32 = np.float32
-P, I64, D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
-SIGS = {
-    'kvx_fp32_encode': [P, I64, P],
-    'kvx_fp32_decode_add': [P, I64, I64, P],
-    'kvx_topk_encode': [P, P, I64, I64, I64, P],
-    'kvx_topk_decode_add': [P, I64, I64, P],
-    'kvx_topk_gather': [P, P, I64, I64, P, I64, P],
-    'kvx_ternary_encode': [P, P, I64, D, D, P],
-    'kvx_ternary_decode': [P, I64, I64, P],
-    'kvx_ternary_decode_add': [P, I64, I64, P],
-    'kvx_ternary_encode_sum': [P, P, I64, D, I64, P],
-    'kvx_ternary_decode_sum': [P, I64, D, I64, I64, P],
-    'kvx_twobit_encode': [P, P, I64, D, P],
-    'kvx_twobit_decode': [P, I64, D, P],
-}
 FILTER_SIZE, WORKERS = 4608, 4
 
 
 def load(path):
-    lib = ctypes.CDLL(os.path.abspath(path))
-    for name, argtypes in SIGS.items():
-        getattr(lib, name).argtypes = argtypes
-        getattr(lib, name).restype = ctypes.c_int
-    return lib
+    """The library's C API with the signatures bench/kernels.py declares."""
+    return kernels.load_capi(os.path.abspath(path))
 
 
 def ptr(a):

@@ -16,6 +16,9 @@ bool acc_all_finite(const float* grad, const float* residual, int64_t n);
 // that it equals np.abs(acc.astype(np.float64)).sum() exactly.  Non-finite iff some
 // acc element is non-finite.
 double acc_abs_sum(const float* grad, const float* residual, int64_t n);
+// The float64 sum and the count of |grad + residual| >= t, in index order.
+void acc_sum_above(const float* grad, const float* residual, int64_t n, float t,
+                   double* sum, int64_t* count);
 // The three words one worker adds to the homomorphic 'mean' agreement, in one pass more
 // than acc_abs_sum and no temporary: stats[0] = acc_abs_sum, stats[1] and stats[2] = the
 // float64 sum and the count of |acc| >= t_w, t_w = float32(stats[0]) * float32(scale / n)

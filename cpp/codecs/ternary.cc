@@ -157,16 +157,10 @@ KVX_HOT static void base3_decode_add(const Base3Table& table, const float* words
 
 // Mean |acc| of the values a threshold t selects (|acc| >= t); t itself if none is.
 // Float64 sum, rounded to float32 (as adaptive_threshold).
-KVX_HOT float acc_mean_above(const float* grad, const float* residual, int64_t n, float t) {
+float acc_mean_above(const float* grad, const float* residual, int64_t n, float t) {
   double sum = 0.0;
   int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(grad[i] + residual[i]);
-    if (a >= t) {
-      sum += a;
-      ++count;
-    }
-  }
+  acc_sum_above(grad, residual, n, t, &sum, &count);
   return count ? static_cast<float>(sum / static_cast<double>(count)) : t;
 }
 
