@@ -385,10 +385,68 @@ def adacomp_decode(payload, n):
     return out, OK
 
 
+# -- element top-k (the sparsification baseline; docs/SCHEMES.md) ----------------
+
+def element_topk_index_words(n):
+    """An index is an exact float32 integer: one word while n <= 2**24, else two
+    (index % 2**24, index // 2**24)."""
+    return 1 if n <= 1 << 24 else 2
+
+
+def element_topk_encode(grad, residual, k):
+    """Send the k elements of ``acc`` with the largest |acc| (ties to the lower index).
+
+    Payload of ``8 + k * E`` words, E = index words + 1: header (a = k, b = 0, body =
+    k * E words), then per sent element by ascending index its index words and its
+    float32 value. New residual: ``acc`` with the sent elements zeroed.
+    """
+    acc = _acc(grad, residual).reshape(-1)
+    n = acc.size
+    if not 1 <= k <= n:
+        raise ValueError('k must be in [1, %d], got %d' % (n, k))
+    width = element_topk_index_words(n) + 1
+    payload = np.zeros(HEADER_WORDS + k * width, f32)
+    if not np.isfinite(acc).all():
+        return payload, np.asarray(residual, f32).copy(), NONFINITE
+    sent = np.sort(np.lexsort((np.arange(n), -np.abs(acc)))[:k])
+    entries = np.stack([sent % (1 << 24), sent >> 24, np.zeros(k, np.int64)], axis=1)
+    entries = entries[:, [0, 1, 2] if width == 3 else [0, 2]].astype(f32)
+    entries[:, -1] = acc[sent]
+    payload[:HEADER_WORDS] = make_header(wire.ELEMENT_TOPK, n, k, 0, k * width)
+    payload[HEADER_WORDS:] = entries.reshape(-1)
+    new_res = acc.copy()
+    new_res[sent] = 0
+    return payload, new_res.reshape(np.shape(grad)), OK
+
+
+def element_topk_decode(payload, n):
+    status, k, b = check_header(payload, wire.ELEMENT_TOPK, n)
+    out = np.zeros(n, f32)
+    if status != OK:
+        return out, status
+    width = element_topk_index_words(n) + 1
+    if not (1 <= k <= n and k == np.floor(k) and b == 0
+            and payload.size == HEADER_WORDS + k * width):
+        return out, BAD_PARAM
+    entries = payload[HEADER_WORDS:].reshape(-1, width)
+    words = entries[:, :-1].astype(np.float64)
+    values = entries[:, -1]
+    if (words != np.floor(words)).any() or (words < 0).any() or (words >= 1 << 24).any() \
+            or not np.isfinite(values).all():
+        return out, BAD_WORD
+    index = words[:, 0].astype(np.int64)
+    if width == 3:
+        index += words[:, 1].astype(np.int64) << 24
+    if (index >= n).any() or (np.diff(index) <= 0).any():
+        return out, BAD_INDEX
+    out[index] = values
+    return out, OK
+
+
 # -- server-decode aggregation ----------------------------------------------------
 
 _DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: ternary_decode,
-             wire.ADACOMP: adacomp_decode}
+             wire.ADACOMP: adacomp_decode, wire.ELEMENT_TOPK: element_topk_decode}
 
 
 def decode_slots(slots, capacity):
