@@ -443,6 +443,40 @@ def element_topk_decode(payload, n):
     return out, OK
 
 
+# -- float16 in sum mode (dist_sync_fp16; docs/SCHEMES.md) ------------------------
+
+FLOAT16_MAX = 65504.0
+
+
+def fp16_limit(num_workers):
+    """Largest float16 L with ``num_workers * L <= 65504``: no partial sum of the
+    workers' halves overflows float16."""
+    bound = np.float16(FLOAT16_MAX / num_workers)
+    while float(bound) * num_workers > FLOAT16_MAX:
+        bound = np.nextafter(bound, np.float16(0))
+    return bound
+
+
+def fp16_encode(grad, residual, num_workers):
+    """``acc`` clipped to +-fp16_limit(num_workers), rounded to float16 (nearest, ties to
+    even). Returns (float16 halves, new residual = acc - halves, status)."""
+    acc = _acc(grad, residual)
+    if not np.isfinite(acc).all():
+        return np.zeros(acc.shape, np.float16), np.asarray(residual, f32).copy(), NONFINITE
+    bound = f32(fp16_limit(num_workers))
+    half = np.clip(acc, -bound, bound).astype(np.float16)
+    return half, (acc - half.astype(f32)).astype(f32), OK
+
+
+def fp16_server_sum(halves):
+    """The stock server's sum of float16 pushes in arrival order: each addition in
+    float32, rounded to float16 (as measured, tests/test_fp16.py)."""
+    total = np.asarray(halves[0], np.float16).copy()
+    for h in halves[1:]:
+        total = (total.astype(f32) + np.asarray(h, np.float16).astype(f32)).astype(np.float16)
+    return total
+
+
 # -- server-decode aggregation ----------------------------------------------------
 
 _DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: ternary_decode,
