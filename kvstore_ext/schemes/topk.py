@@ -1,5 +1,6 @@
-"""Top-k sparsification: the largest elements of each tensor, with error feedback
-(server-decoded), the usual baseline of the sparsification papers.
+"""Top-k sparsification with error feedback: each tensor's largest |values| (server-decoded).
+
+The usual baseline of the sparsification papers (Aji & Heafield 2017; Stich et al. 2018).
 
 Per tensor, after the worker has summed its devices:
 
