@@ -1260,8 +1260,9 @@ void test_element_topk_roundtrips() {
   Floats r = r0, p(kvx::element_topk_payload_words(n, 6));
   CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), n, 6, p.data()), kvx::kOk);
   CHECK_EQ(p[7], 18.0f);
-  // Last entry: index n - 1 = 2^24 + 36: words 36, 1, then the value.
-  CHECK(same_bits(Floats(p.end() - 6, p.end()), Floats({0, 1, -3, 36, 1, 3})));
+  // The last two entries: indices 2^24 and n - 1 = 2^24 + 36 (both even, +3), each as
+  // words (index mod 2^24, index div 2^24), then the value.
+  CHECK(same_bits(Floats(p.end() - 6, p.end()), Floats({0, 1, 3, 36, 1, 3})));
 }
 
 void test_element_topk_nonfinite() {
