@@ -12,9 +12,9 @@ Per tensor, after the worker has summed its devices:
 4. **Rounding.** The clipped acc is rounded to float16 (to nearest, ties to even); the
    rounding error stays in the residual.
 5. **Aggregation** (sum mode): the halves travel in a float16 key; MXNet's server adds
-   them (each addition rounded to float16) and workers pull the float16 sum, so both
-   directions carry 2 bytes an element (2x smaller than float32). The server's
-   rounding is not fed back: measured in docs/SCHEMES.md.
+   them (in float32, rounded once to float16: measured) and workers pull the float16
+   sum, so both directions carry 2 bytes an element (2x smaller than float32). That
+   last rounding is not fed back (docs/SCHEMES.md).
 """
 import numpy as np
 
