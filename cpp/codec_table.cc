@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "codecs/adacomp.h"
+#include "codecs/element_topk.h"
 #include "codecs/fp32.h"
 #include "codecs/ternary.h"
 #include "codecs/topk.h"
@@ -34,6 +35,10 @@ const CodecSpec kCodecs[] = {
      [](int64_t n, float, float count) -> int64_t {
        const int64_t entries = count_param(count);
        return entries < 0 ? -1 : adacomp_payload_words(n, entries);
+     }},
+    {kCodecElementTopk, "element_topk", element_topk_decode, element_topk_decode_add,
+     [](int64_t n, float k, float) {
+       return element_topk_payload_words(n, static_cast<int64_t>(k));
      }},
 };
 const int kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);

@@ -19,6 +19,7 @@
 
 #include "codec_table.h"
 #include "codecs/adacomp.h"
+#include "codecs/element_topk.h"
 #include "codecs/fp32.h"
 #include "codecs/ternary.h"
 #include "codecs/topk.h"

@@ -17,6 +17,8 @@
 //                                                      -> out f32[shape], status
 //   kvx_adacomp_encode(grad, residual*; bin, capacity) -> payload f32[8+capacity*E], status
 //                                  (E = 1 word an entry, 2 above 2^23 elements)
+//   kvx_element_topk_encode(grad, residual*; k)        -> payload f32[8+k*E], status
+//                                  (E = 2 words an entry, 3 above 2^24 elements)
 //   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
 //
 // `*` marks an input updated in place (setMutateInputs).  O = shape[0] of the tensor,
@@ -343,6 +345,31 @@ struct AdacompEncode : OpSpec {
   }
 };
 
+// ---- element top-k ------------------------------------------------------------------------
+
+struct ElementTopkEncode : OpSpec {
+  static constexpr const char* name = "kvx_element_topk_encode";
+  static constexpr const char* inputs[] = {"grad", "residual"};
+  static constexpr int outputs = 2;
+  static constexpr bool updates_second = true;
+  using Params = TopkParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    if (!residual_shape(name, in)) return false;
+    const int64_t n = product(in[0]);
+    if (p.k > n) {
+      MX_ERROR_MSG << name << ": k=" << p.k << " exceeds the " << n << " elements of grad "
+                   << shape_string(in[0]);
+      return false;
+    }
+    (*out)[1] = Shape{1};
+    return flat_shape(name, kvx::element_topk_payload_words(n, p.k), &(*out)[0]);
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::element_topk_encode(f32(in[0]), f32(in[1]), in[0].size(), p.k,
+                                                f32(out[0])));
+  }
+};
+
 // ---- server-decode aggregation ----------------------------------------------------------
 
 struct DecodeSlotsParams {
@@ -389,6 +416,7 @@ KVX_REGISTER_OP(TernaryEncode);
 KVX_REGISTER_OP(TernaryEncodeSum);
 KVX_REGISTER_OP(TernaryDecodeSum);
 KVX_REGISTER_OP(AdacompEncode);
+KVX_REGISTER_OP(ElementTopkEncode);
 KVX_REGISTER_OP(DecodeSlots);
 
 // lib_api v11 ships with MXNet 1.7+; MXNet passes its version as 10000*major + 100*minor.

@@ -11,6 +11,8 @@
 //   kvx_ternary_decode_add(payload, acc*)              -> status
 //   kvx_adacomp_decode(payload; shape)                 -> out f32[shape], status
 //   kvx_adacomp_decode_add(payload, acc*)              -> status
+//   kvx_element_topk_decode(payload; shape)            -> out f32[shape], status
+//   kvx_element_topk_decode_add(payload, acc*)         -> status
 //   kvx_filter_scores(x)                               -> scores f32[O]
 //   kvx_twobit_encode(grad, residual*; threshold)      -> words f32[ceil(n/16)] (raw bits)
 //   kvx_twobit_decode(words; threshold, shape)         -> out f32[shape]
@@ -102,6 +104,13 @@ struct AdacompDecodeAdd : DecodeAddOp<AdacompDecodeAdd, kvx::adacomp_decode_add>
   static constexpr const char* name = "kvx_adacomp_decode_add";
 };
 
+struct ElementTopkDecode : DecodeOp<kvx::element_topk_decode> {
+  static constexpr const char* name = "kvx_element_topk_decode";
+};
+struct ElementTopkDecodeAdd : DecodeAddOp<ElementTopkDecodeAdd, kvx::element_topk_decode_add> {
+  static constexpr const char* name = "kvx_element_topk_decode_add";
+};
+
 struct FilterScores : OpSpec {
   static constexpr const char* name = "kvx_filter_scores";
   static constexpr const char* inputs[] = {"x"};
@@ -189,6 +198,8 @@ KVX_REGISTER_OP(TernaryDecode);
 KVX_REGISTER_OP(TernaryDecodeAdd);
 KVX_REGISTER_OP(AdacompDecode);
 KVX_REGISTER_OP(AdacompDecodeAdd);
+KVX_REGISTER_OP(ElementTopkDecode);
+KVX_REGISTER_OP(ElementTopkDecodeAdd);
 KVX_REGISTER_OP(FilterScores);
 KVX_REGISTER_OP(TwoBitEncode);
 KVX_REGISTER_OP(TwoBitDecode);

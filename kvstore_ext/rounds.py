@@ -8,9 +8,9 @@ codec asked.
 
 Round kinds:
 
-* ``Sum``: every worker contributes an array of the same shape; the result is the
-  element-wise sum over workers (the stock server adds; float32 containers make packed
-  integer codes add exactly).
+* ``Sum``: every worker contributes an array of the same shape and dtype; the result is
+  the element-wise sum over workers, of that dtype (the stock server adds float16,
+  float32 or float64 keys; float32 containers make packed integer codes add exactly).
 * ``Gather``: every worker contributes a self-describing payload (header first, see
   python/kvx_ref/wire.py); the servers decode every worker's payload and sum them; the
   result is the float32 sum of ``size`` elements. With a ``reply`` request
@@ -41,6 +41,10 @@ class Sum:
     def shape(self):
         return tuple(self.array.shape)
 
+    @property
+    def dtype(self):
+        return self.array.dtype
+
 
 class Gather:
     """Decode every worker's ``payload`` at the servers and sum: ``size`` floats,
@@ -57,6 +61,10 @@ class Gather:
     @property
     def shape(self):
         return (int(self.payload.size), self.size, self.reply, self.reply_words)
+
+    @property
+    def dtype(self):
+        return self.payload.dtype
 
 
 def drive(steps, exchange):

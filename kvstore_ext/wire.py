@@ -11,9 +11,10 @@ HEADER_WORDS = 8
 MANTISSA_F32 = 24              # integers are exact in float32 below 2**24
 
 # ids of the server-decoded codecs (header word 1), by kvstore_ext codec name
-CODEC_IDS = {'fp32': 1, 'topk': 2, 'ternary': 3, 'adacomp': 4}
+CODEC_IDS = {'fp32': 1, 'topk': 2, 'ternary': 3, 'adacomp': 4, 'element_topk': 5}
 FP32, TOPK, TERNARY = CODEC_IDS['fp32'], CODEC_IDS['topk'], CODEC_IDS['ternary']
 ADACOMP = CODEC_IDS['adacomp']
+ELEMENT_TOPK = CODEC_IDS['element_topk']
 
 TERNARY_DIGITS = 15            # base-3 digits a float32 word: 3**15 <= 2**24 < 3**16
 
@@ -45,7 +46,6 @@ def ternary_sum_words(n, num_workers):
     return -(-n // digits_per_float32(2 * num_workers + 1))
 
 
-
 def adacomp_entry_words(n):
     """Words of one AdaComp entry (code 2 * index + sign): one while codes stay below
     2**24 (n <= 2**23), else two."""
@@ -57,10 +57,21 @@ def adacomp_payload_words(n, count):
     return HEADER_WORDS + count * adacomp_entry_words(n)
 
 
+def element_topk_index_words(n):
+    """Words of one element top-k index: one while n <= 2**24, else two."""
+    return 1 if n <= 1 << MANTISSA_F32 else 2
+
+
+def element_topk_payload_words(n, k):
+    """Header + ``k`` entries of index words and a float32 value."""
+    return HEADER_WORDS + k * (element_topk_index_words(n) + 1)
+
+
 # payload words of a server-decoded codec from n and its header parameters a, b
 PAYLOAD_WORDS = {
     FP32: lambda n, a, b: fp32_payload_words(n),
     TOPK: lambda n, a, b: topk_payload_words(int(a), int(b)),
     TERNARY: lambda n, a, b: ternary_payload_words(n),
     ADACOMP: lambda n, a, b: adacomp_payload_words(n, int(b)),
+    ELEMENT_TOPK: lambda n, a, b: element_topk_payload_words(n, int(a)),
 }

@@ -13,8 +13,9 @@ import pytest
 from kvx_ref import codecs as ref
 from kvstore_ext import chunking
 from kvstore_ext.codecs import (FP32Codec, FilterTopKCodec, TernaryCodec,
-                                AdditiveTernaryCodec, AdditiveTopKCodec, AdaCompCodec)
-from kvstore_ext.schemes import AdaComp, Hylo, NoCompression
+                                AdditiveTernaryCodec, AdditiveTopKCodec, AdaCompCodec,
+                                ElementTopKCodec)
+from kvstore_ext.schemes import AdaComp, Hylo, NoCompression, TopK
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, 'dist_jobs', 'aggregate_job.py')
@@ -64,6 +65,8 @@ def encode(codec, grad, residual, scale=None):
         return ref.topk_encode(grad, residual, codec.k)
     if isinstance(codec, AdaCompCodec):
         return ref.adacomp_encode(grad, residual, codec.bin, codec.capacity)
+    if isinstance(codec, ElementTopKCodec):
+        return ref.element_topk_encode(grad, residual, codec.k)
     return ref.ternary_encode(grad, residual, codec.scale if scale is None else scale,
                               codec.threshold, mean_value=codec.value == 'mean')
 
@@ -73,6 +76,8 @@ def decode(codec, payload):
         return ref.topk_decode(payload, codec.size)
     if isinstance(codec, AdaCompCodec):      # the slot's padding is not the payload's
         return ref.adacomp_decode(payload[:8 + int(payload[7])], codec.size)
+    if isinstance(codec, ElementTopKCodec):
+        return ref.element_topk_decode(payload, codec.size)
     return ref.ternary_decode(payload, codec.size)
 
 
@@ -86,7 +91,7 @@ def reference_chunk(codec, grads, residuals, agreed, carried, workers):
     compressed reply."""
     if isinstance(codec, FP32Codec):
         return sum(grads[1:], grads[0].copy()), False, None   # server adds in arrival order
-    if isinstance(codec, (FilterTopKCodec, TernaryCodec, AdaCompCodec)):
+    if isinstance(codec, (FilterTopKCodec, TernaryCodec, AdaCompCodec, ElementTopKCodec)):
         total = np.zeros(codec.size, np.float32)
         for w, g in enumerate(grads):                      # server decodes in rank order
             payload, new_res, status = encode(codec, g, residuals[w])
@@ -152,7 +157,10 @@ MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
          # small bins and a tight slot, so that chunks overflow their capacity
          'adacomp': ('dist_sync_adacomp', AdaComp, {'size_threshold': 100, 'chunk_size': 1024,
                                                     'bin_conv': 9, 'bin_fc': 40,
-                                                    'max_per_bin': 1.5})}
+                                                    'max_per_bin': 1.5}),
+         # each chunk (at most 1024 elements) sends ceil(0.03 * its size); 'bias' goes float32
+         'topk': ('dist_sync_topk', TopK, {'size_threshold': 100, 'chunk_size': 1024,
+                                           'ratio': 0.03})}
 STEPS_OF = {'replan': 6}
 
 
@@ -160,7 +168,8 @@ STEPS_OF = {'replan': 6}
     (mode, w, s) for mode in ('server', 'server-compressed', 'homomorphic')
     for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
 ] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1), ('none', 2, 2),
-       ('replan', 2, 2), ('replan', 4, 1), ('adacomp', 2, 2), ('adacomp', 4, 1)])
+       ('replan', 2, 2), ('replan', 4, 1), ('adacomp', 2, 2), ('adacomp', 4, 1),
+       ('topk', 2, 2), ('topk', 4, 1)])
 def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
     kvstore, scheme_class, params = MODES[mode]
     steps = STEPS_OF.get(mode, STEPS)

@@ -1188,6 +1188,153 @@ void test_adacomp_malformed() {
   CHECK(same_bits(sum, one));
 }
 
+// ---- element top-k ---------------------------------------------------------------------
+
+void test_element_topk_hand() {
+  g_test = "element_topk_hand";
+  // |acc| = 1, 3, 3, 0, 2, 2 with k = 3: 3, 3 and the first 2 (ties to the lower index).
+  const Floats g = {1, -3, 3, 0, 2, -2};
+  Floats r(6, 0.0f), p(kvx::element_topk_payload_words(6, 3), 9.0f);
+  CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), 6, 3, p.data()), kvx::kOk);
+  CHECK(same_bits(p, Floats({kvx::kMagic, kvx::kCodecElementTopk, kvx::kVersion, 6, 0, 3, 0, 6,
+                             1, -3, 2, 3, 4, 2})));
+  CHECK(same_bits(r, Floats({1, 0, 0, 0, 0, -2})));
+  Floats out(6, 7.0f);
+  CHECK_EQ(kvx::element_topk_decode(p.data(), p.size(), 6, out.data()), kvx::kOk);
+  CHECK(same_bits(out, Floats({0, -3, 3, 0, 2, 0})));
+  Floats acc(6, 1.0f);
+  CHECK_EQ(kvx::element_topk_decode_add(p.data(), p.size(), 6, acc.data()), kvx::kOk);
+  CHECK(same_bits(acc, Floats({1, -2, 4, 1, 3, 1})));
+  // grad and residual may alias: acc = 2 grad.
+  Floats x = {1, -4, 2};
+  Floats a(kvx::element_topk_payload_words(3, 1));
+  CHECK_EQ(kvx::element_topk_encode(x.data(), x.data(), 3, 1, a.data()), kvx::kOk);
+  CHECK(same_bits(Floats(a.begin() + kHeaderWords, a.end()), Floats({1, -8})));
+  CHECK(same_bits(x, Floats({2, 0, 4})));
+  // Bad parameters.
+  CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), 6, 0, p.data()), kvx::kBadParam);
+  CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), 6, 7, p.data()), kvx::kBadParam);
+}
+
+// Random tensors: k entries by ascending index, decoded + new residual == acc, and no
+// element left behind is larger than one sent.
+void check_element_topk_roundtrip(int64_t n, int64_t k, const Floats& g, const Floats& r0) {
+  Floats r = r0, p(kvx::element_topk_payload_words(n, k));
+  CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), n, k, p.data()), kvx::kOk);
+  CHECK_EQ(p[5], static_cast<float>(k));
+  Floats out(n);
+  CHECK_EQ(kvx::element_topk_decode(p.data(), p.size(), n, out.data()), kvx::kOk);
+  bool ok = true;
+  float smallest_sent = kInf, largest_kept = 0.0f;
+  int64_t sent = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float acc = g[j] + r0[j];
+    ok = ok && bits_of(out[j] + r[j]) == bits_of(acc + 0.0f);
+    if (r[j] == 0.0f && out[j] == acc && acc != 0.0f) {
+      ++sent;
+      smallest_sent = std::min(smallest_sent, std::fabs(acc));
+    } else {
+      largest_kept = std::max(largest_kept, std::fabs(acc));
+    }
+  }
+  CHECK(ok);
+  CHECK(sent <= k);
+  CHECK(largest_kept <= smallest_sent);
+}
+
+void test_element_topk_roundtrips() {
+  g_test = "element_topk_roundtrips";
+  for (int64_t n : {int64_t{1}, int64_t{49}, int64_t{1000}, (int64_t{1} << 16) + 7}) {
+    const Floats g = randn(n, n + 3), r0 = randn(n, n + 4, 2.0f);
+    for (int64_t k : {int64_t{1}, std::max<int64_t>(1, n / 100), n}) check_element_topk_roundtrip(n, k, g, r0);
+  }
+  // From 2^24 elements on, an index takes two words.
+  CHECK_EQ(kvx::element_topk_index_words(int64_t{1} << 24), 1);
+  CHECK_EQ(kvx::element_topk_index_words((int64_t{1} << 24) + 1), 2);
+  const int64_t n = (int64_t{1} << 24) + 37;
+  Floats g(n, 0.0f), r0(n, 0.0f);
+  const int64_t spikes[] = {0, 12345, (int64_t{1} << 23) + 1, (int64_t{1} << 24) - 1,
+                            int64_t{1} << 24, n - 1};
+  for (int64_t j : spikes) g[j] = (j % 2) ? -3.0f : 3.0f;
+  check_element_topk_roundtrip(n, 6, g, r0);
+  Floats r = r0, p(kvx::element_topk_payload_words(n, 6));
+  CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), n, 6, p.data()), kvx::kOk);
+  CHECK_EQ(p[7], 18.0f);
+  // The last two entries: indices 2^24 and n - 1 = 2^24 + 36 (both even, +3), each as
+  // words (index mod 2^24, index div 2^24), then the value.
+  CHECK(same_bits(Floats(p.end() - 6, p.end()), Floats({0, 1, 3, 36, 1, 3})));
+}
+
+void test_element_topk_nonfinite() {
+  g_test = "element_topk_nonfinite";
+  for (float bad : {kNaN, kInf, -kInf, 3e38f}) {
+    Floats g = randn(100, 5), r0 = randn(100, 6);
+    g[57] = bad;
+    if (bad == 3e38f) r0[57] = 3e38f;  // both finite, acc overflows
+    Floats r = r0, p(kvx::element_topk_payload_words(100, 10), 4.0f);
+    CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), 100, 10, p.data()), kvx::kNonFinite);
+    CHECK(same_bits(r, r0));
+    CHECK(all_zero(p));
+  }
+}
+
+void test_element_topk_malformed() {
+  g_test = "element_topk_malformed";
+  const int64_t n = 40;
+  Floats g = randn(n, 8), r(n, 0.0f), good(kvx::element_topk_payload_words(n, 4));
+  CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), n, 4, good.data()), kvx::kOk);
+  auto decode = [&](const Floats& p) {
+    Floats out(n, 7.0f);
+    const int status = kvx::element_topk_decode(p.data(), p.size(), n, out.data());
+    if (status != kvx::kOk) CHECK(all_zero(out));
+    Floats acc(n, 1.0f);
+    CHECK_EQ(kvx::element_topk_decode_add(p.data(), p.size(), n, acc.data()), status);
+    if (status != kvx::kOk) CHECK(same_bits(acc, Floats(n, 1.0f)));
+    return status;
+  };
+  auto with = [&](size_t at, float v) {
+    Floats p = good;
+    p[at] = v;
+    return p;
+  };
+  CHECK_EQ(decode(good), kvx::kOk);
+  CHECK_EQ(decode(with(0, 1.0f)), kvx::kBadMagic);
+  CHECK_EQ(decode(with(1, kvx::kCodecAdacomp)), kvx::kBadCodec);
+  CHECK_EQ(decode(with(3, n + 1.0f)), kvx::kBadSize);
+  CHECK_EQ(decode(with(7, 6.0f)), kvx::kBadSize);
+  // k zero, non-integral, NaN, not the body's; b not 0.
+  CHECK_EQ(decode(with(5, 0.0f)), kvx::kBadParam);
+  CHECK_EQ(decode(with(5, 3.5f)), kvx::kBadParam);
+  CHECK_EQ(decode(with(5, kNaN)), kvx::kBadParam);
+  CHECK_EQ(decode(with(5, 3.0f)), kvx::kBadParam);
+  CHECK_EQ(decode(with(6, 1.0f)), kvx::kBadParam);
+  // Index words: not an integer, negative, >= 2^24; values not finite.
+  CHECK_EQ(decode(with(8, 0.5f)), kvx::kBadWord);
+  CHECK_EQ(decode(with(8, -2.0f)), kvx::kBadWord);
+  CHECK_EQ(decode(with(8, 16777216.0f)), kvx::kBadWord);
+  CHECK_EQ(decode(with(9, kNaN)), kvx::kBadWord);
+  CHECK_EQ(decode(with(11, kInf)), kvx::kBadWord);
+  // Indices: beyond n, repeated, descending.
+  CHECK_EQ(decode(with(10, 40.0f)), kvx::kBadIndex);
+  CHECK_EQ(decode(with(10, good[8])), kvx::kBadIndex);
+  Floats swapped = good;
+  std::swap(swapped[8], swapped[10]);
+  CHECK_EQ(decode(swapped), kvx::kBadIndex);
+  // The servers' dispatch: a malformed slot is reported, the good one still counts.
+  Floats slots(2 * good.size());
+  std::copy(good.begin(), good.end(), slots.begin());
+  Floats bad = with(10, 40.0f);
+  std::copy(bad.begin(), bad.end(), slots.begin() + good.size());
+  Floats sum(n), status(2);
+  CHECK_EQ(kvx::decode_slots(slots.data(), 2, good.size(), sum.data(), n, status.data()),
+           kvx::kBadIndex);
+  CHECK_EQ(status[0], 0.0f);
+  CHECK_EQ(status[1], static_cast<float>(kvx::kBadIndex));
+  Floats one(n);
+  CHECK_EQ(kvx::element_topk_decode(good.data(), good.size(), n, one.data()), kvx::kOk);
+  CHECK(same_bits(sum, one));
+}
+
 }  // namespace
 
 int main() {
@@ -1214,6 +1361,10 @@ int main() {
   test_adacomp_roundtrips();
   test_adacomp_nonfinite();
   test_adacomp_malformed();
+  test_element_topk_hand();
+  test_element_topk_roundtrips();
+  test_element_topk_nonfinite();
+  test_element_topk_malformed();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures > 100 ? 100 : g_failures;
 }

@@ -5,3 +5,5 @@ from .topk import FilterTopKCodec  # noqa: F401
 from .ternary import TernaryCodec  # noqa: F401
 from .additive import AdditiveTernaryCodec, AdditiveTopKCodec  # noqa: F401
 from .adacomp import AdaCompCodec  # noqa: F401
+from .element_topk import ElementTopKCodec  # noqa: F401
+from .fp16 import Float16Codec  # noqa: F401

@@ -40,11 +40,11 @@ _NO_SLICING = str(2 ** 31 - 1)
 
 
 class _SumWire:
-    """A dense key: push an array, pull the sum over workers."""
+    """A dense key: push an array, pull the sum over workers (of the array's dtype)."""
 
     def __init__(self, transport, shape, dtype=np.float32):
         from mxnet import ndarray
-        self.shape = tuple(shape)
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.key = transport.new_key()
         self.pulled = ndarray.zeros(self.shape, dtype=dtype)
         transport.kv.init(self.key, ndarray.zeros(self.shape, dtype=dtype))
@@ -66,9 +66,12 @@ class _GatherWire:
     """A row_sparse key with one slot of rows per worker, and a last row that holds the
     reply request (aggregate.py) the servers read."""
 
-    def __init__(self, transport, shape):
+    def __init__(self, transport, shape, dtype=np.float32):
         from mxnet import ndarray
         from mxnet.ndarray import sparse
+        if np.dtype(dtype) != np.float32:
+            raise TypeError('Gather payloads are float32, got %s' % np.dtype(dtype))
+        self.dtype = np.dtype(np.float32)
         transport.set_aggregator()
         self.shape = tuple(shape)
         self.payload_words, self.size, self.reply, self.reply_words = shape
@@ -167,11 +170,12 @@ class PSTransport:
             self.kv.set_optimizer(ServerAggregator(self.num_workers))
             self._aggregator_set = True
 
-    def _wire(self, key, chunk, name, kind, shape):
-        """The wire of a round, made (or made anew) when first seen or reshaped."""
+    def _wire(self, key, chunk, name, kind, shape, dtype=np.float32):
+        """The wire of a round, made (or made anew) when first seen, reshaped or retyped."""
         wire = self._wires.get((key, chunk, name))
-        if wire is None or type(wire) is not _WIRES[kind] or wire.shape != shape:
-            wire = self._wires[(key, chunk, name)] = _WIRES[kind](self, shape)
+        if wire is None or type(wire) is not _WIRES[kind] or wire.shape != shape or \
+                wire.dtype != np.dtype(dtype):
+            wire = self._wires[(key, chunk, name)] = _WIRES[kind](self, shape, dtype)
         return wire
 
     def broadcast(self, key, value):
@@ -187,7 +191,8 @@ class PSTransport:
     def exchange(self, key, requests):
         """One stage of rounds of a tensor's chunks: make missing keys, push every
         request, then pull every result. Returns (results, bytes pushed, bytes pulled)."""
-        wires = [self._wire(key, chunk, r.name, r.kind, r.shape) for chunk, r in requests]
+        wires = [self._wire(key, chunk, r.name, r.kind, r.shape, r.dtype)
+                 for chunk, r in requests]
         pushed = sum(w.push(self.kv, r) for w, (_, r) in zip(wires, requests))
         pulled = sum(w.pull(self.kv) for w in wires)
         return [w.result() for w in wires], pushed, pulled

@@ -387,10 +387,104 @@ def adacomp_decode(payload, n):
     return out, OK
 
 
+# -- element top-k (the sparsification baseline; docs/SCHEMES.md) ----------------
+
+def element_topk_index_words(n):
+    """An index is an exact float32 integer: one word while n <= 2**24, else two
+    (index % 2**24, index // 2**24)."""
+    return 1 if n <= 1 << 24 else 2
+
+
+def element_topk_encode(grad, residual, k):
+    """Send the k elements of ``acc`` with the largest |acc| (ties to the lower index).
+
+    Payload of ``8 + k * E`` words, E = index words + 1: header (a = k, b = 0, body =
+    k * E words), then per sent element by ascending index its index words and its
+    float32 value. New residual: ``acc`` with the sent elements zeroed.
+    """
+    acc = _acc(grad, residual).reshape(-1)
+    n = acc.size
+    if not 1 <= k <= n:
+        raise ValueError('k must be in [1, %d], got %d' % (n, k))
+    width = element_topk_index_words(n) + 1
+    payload = np.zeros(HEADER_WORDS + k * width, f32)
+    if not np.isfinite(acc).all():
+        return payload, np.asarray(residual, f32).copy(), NONFINITE
+    sent = np.sort(np.lexsort((np.arange(n), -np.abs(acc)))[:k])
+    entries = np.stack([sent % (1 << 24), sent >> 24, np.zeros(k, np.int64)], axis=1)
+    entries = entries[:, [0, 1, 2] if width == 3 else [0, 2]].astype(f32)
+    entries[:, -1] = acc[sent]
+    payload[:HEADER_WORDS] = make_header(wire.ELEMENT_TOPK, n, k, 0, k * width)
+    payload[HEADER_WORDS:] = entries.reshape(-1)
+    new_res = acc.copy()
+    new_res[sent] = 0
+    return payload, new_res.reshape(np.shape(grad)), OK
+
+
+def element_topk_decode(payload, n):
+    status, k, b = check_header(payload, wire.ELEMENT_TOPK, n)
+    out = np.zeros(n, f32)
+    if status != OK:
+        return out, status
+    width = element_topk_index_words(n) + 1
+    if not (1 <= k <= n and k == np.floor(k) and b == 0
+            and payload.size == HEADER_WORDS + k * width):
+        return out, BAD_PARAM
+    entries = payload[HEADER_WORDS:].reshape(-1, width)
+    words = entries[:, :-1].astype(np.float64)
+    values = entries[:, -1]
+    if (words != np.floor(words)).any() or (words < 0).any() or (words >= 1 << 24).any() \
+            or not np.isfinite(values).all():
+        return out, BAD_WORD
+    index = words[:, 0].astype(np.int64)
+    if width == 3:
+        index += words[:, 1].astype(np.int64) << 24
+    if (index >= n).any() or (np.diff(index) <= 0).any():
+        return out, BAD_INDEX
+    out[index] = values
+    return out, OK
+
+
+# -- float16 in sum mode (dist_sync_fp16; docs/SCHEMES.md) ------------------------
+
+FLOAT16_MAX = 65504.0
+
+
+def fp16_limit(num_workers):
+    """Largest float16 L with ``num_workers * L <= 65504``: no partial sum of the
+    workers' halves overflows float16."""
+    bound = np.float16(FLOAT16_MAX / num_workers)
+    while float(bound) * num_workers > FLOAT16_MAX:
+        bound = np.nextafter(bound, np.float16(0))
+    return bound
+
+
+def fp16_encode(grad, residual, num_workers):
+    """``acc`` clipped to +-fp16_limit(num_workers), rounded to float16 (nearest, ties to
+    even). Returns (float16 halves, new residual = acc - halves, status)."""
+    acc = _acc(grad, residual)
+    if not np.isfinite(acc).all():
+        return np.zeros(acc.shape, np.float16), np.asarray(residual, f32).copy(), NONFINITE
+    bound = f32(fp16_limit(num_workers))
+    half = np.clip(acc, -bound, bound).astype(np.float16)
+    return half, (acc - half.astype(f32)).astype(f32), OK
+
+
+def fp16_server_sum(halves):
+    """The stock server's sum of float16 pushes (measured, tests/test_fp16.py): added in
+    float32 in arrival order (here the workers' order) and rounded once to float16.
+    Float32 holds the sum of a few halves exactly unless their magnitudes are more than
+    2**13 apart, so the order rarely matters."""
+    total = np.zeros(np.shape(halves[0]), f32)
+    for h in halves:
+        total = (total + np.asarray(h, np.float16).astype(f32)).astype(f32)
+    return total.astype(np.float16)
+
+
 # -- server-decode aggregation ----------------------------------------------------
 
 _DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: ternary_decode,
-             wire.ADACOMP: adacomp_decode}
+             wire.ADACOMP: adacomp_decode, wire.ELEMENT_TOPK: element_topk_decode}
 
 
 def decode_slots(slots, capacity):

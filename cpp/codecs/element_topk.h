@@ -1,0 +1,36 @@
+// Element top-k (the usual sparsification baseline): the k elements of
+// acc = grad + residual with the largest |acc| are sent as (index, value) entries; the
+// others stay in the residual, and the residual of a sent element becomes 0 (zero-fill,
+// cheaper than decode-and-subtract and equal to it).  docs/SCHEMES.md states the payload.
+#ifndef KVX_CODECS_ELEMENT_TOPK_H_
+#define KVX_CODECS_ELEMENT_TOPK_H_
+
+#include <cstdint>
+
+#include "wire.h"
+
+namespace kvx {
+
+constexpr float kCodecElementTopk = 5.0f;
+
+// An index is an exact float32 integer: one word while every index is below 2^24
+// (n <= 2^24), else two (index mod 2^24, index div 2^24).  An entry is its index words,
+// then the float32 value.
+inline int64_t element_topk_index_words(int64_t n) { return n <= kExactF32 ? 1 : 2; }
+inline int64_t element_topk_payload_words(int64_t n, int64_t k) {
+  return kHeaderWords + k * (element_topk_index_words(n) + 1);
+}
+
+// payload: element_topk_payload_words(n, k) words: header (a = k, b = 0, body = k
+// entries), the entries by ascending index.  Ties in |acc| go to the lower index.
+// 1 <= k <= n, else kBadParam.
+int element_topk_encode(const float* grad, float* residual, int64_t n, int64_t k,
+                        float* payload);
+int element_topk_decode(const float* payload, int64_t payload_words, int64_t n, float* out);
+// acc[sent] += values (other elements are not touched).
+int element_topk_decode_add(const float* payload, int64_t payload_words, int64_t n,
+                            float* acc);
+
+}  // namespace kvx
+
+#endif  // KVX_CODECS_ELEMENT_TOPK_H_

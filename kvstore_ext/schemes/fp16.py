@@ -1,0 +1,37 @@
+"""Half precision: float16 payloads with error feedback, summed by the stock server.
+
+Per tensor, after the worker has summed its devices:
+
+1. **Size threshold.** Tensors with fewer than ``size_threshold`` elements (32768, as the
+   other schemes, so that every scheme compresses the same tensors) and non-float32
+   tensors go float32, uncompressed.
+2. **Residual.** ``acc = grad + residual`` (error feedback).
+3. **Overflow.** acc is clipped to the largest float16 L with ``num_workers * L <=
+   65504``, so that no worker's value and no partial sum at the server overflows
+   float16; what the clip holds back stays in the residual.
+4. **Rounding.** The clipped acc is rounded to float16 (to nearest, ties to even); the
+   rounding error stays in the residual.
+5. **Aggregation** (sum mode): the halves travel in a float16 key; MXNet's server adds
+   them (in float32, rounded once to float16: measured) and workers pull the float16
+   sum, so both directions carry 2 bytes an element (2x smaller than float32). That
+   last rounding is not fed back (docs/SCHEMES.md).
+"""
+import numpy as np
+
+from .base import Scheme
+from ..codecs import Float16Codec
+from ..params import Param
+
+
+class Float16(Scheme):
+    name = 'fp16'
+    PARAMS = {
+        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
+                                low=0),
+    }
+
+    def codec_for(self, shape, dtype, step=0):
+        size = int(np.prod(shape)) if len(shape) else 1
+        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+            return self.uncompressed(shape, dtype)
+        return Float16Codec(shape)

@@ -1,0 +1,41 @@
+"""Top-k sparsification with error feedback: each tensor's largest |values| (server-decoded).
+
+The usual baseline of the sparsification papers (Aji & Heafield 2017; Stich et al. 2018).
+
+Per tensor, after the worker has summed its devices:
+
+1. **Size threshold.** Tensors with fewer than ``size_threshold`` elements (32768, as
+   Hylo and AdaComp, so that every scheme compresses the same tensors) and non-float32
+   tensors go float32, uncompressed.
+2. **Residual.** ``acc = grad + residual`` (error feedback).
+3. **Selection.** The ``k = ceil(ratio * n)`` elements with the largest |acc| (ties to
+   the lower index; a chunk of a large tensor picks its own k of its own elements).
+4. **Payload.** Each sent element is its index (an exact float32 integer, two words
+   above 2**24 elements) and its float32 value: 64 bits an element, so the push is
+   about ``1 / (2 * ratio)`` times smaller than float32 (50x at the default 0.01).
+5. **Residual update.** Sent elements leave the residual (zero-filled); the others
+   keep ``acc``.
+6. **Aggregation** (server-decode mode): the servers decode every worker's payload
+   (C++, ``decode_slots``) and sum; workers pull float32.
+"""
+import numpy as np
+
+from .base import Scheme
+from ..codecs import ElementTopKCodec
+from ..params import Param
+
+
+class TopK(Scheme):
+    name = 'topk'
+    PARAMS = {
+        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
+                                low=0),
+        'ratio': Param('float', 0.01, 'fraction of elements sent per tensor (k = '
+                       'ceil(ratio * n))', low=0, low_open=True, high=1),
+    }
+
+    def codec_for(self, shape, dtype, step=0):
+        size = int(np.prod(shape)) if len(shape) else 1
+        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+            return self.uncompressed(shape, dtype)
+        return ElementTopKCodec(shape, self.params['ratio'])

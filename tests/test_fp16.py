@@ -1,0 +1,140 @@
+"""dist_sync_fp16: float16 payloads with error feedback in sum mode. One process: the
+codec equals the NumPy reference (python/kvx_ref/codecs.py) bit for bit, overflow is
+clipped and drains through the residual. Real ps-lite jobs (2 and 4 workers): float16
+keys are summed by MXNet's stock server, and what comes back is the workers' halves
+added in float32 (in some arrival order) and rounded once to float16: measured, not
+float16 partial sums (which would round after every addition)."""
+import itertools
+import json
+
+import numpy as np
+import pytest
+import mxnet as mx
+
+from kvx_ref import codecs as ref
+
+import kvstore_ext  # noqa: F401
+from kvstore_ext.codecs import fp16
+from kvstore_ext.codecs import Float16Codec
+from kvstore_ext.schemes import Float16
+from kvstore_ext import chunking
+
+from test_dist_aggregate import JOB, job, launch, worker_gradients
+
+f32 = np.float32
+
+
+def test_limit():
+    assert ref.fp16_limit(1) == 65504 and ref.fp16_limit(2) == 32752
+    for n in range(1, 40):
+        bound = ref.fp16_limit(n)
+        assert fp16.limit(n) == float(bound)
+        with np.errstate(over='ignore'):      # the next float16 after 65504 is inf
+            above = np.nextafter(bound, np.float16(np.inf))
+        assert float(bound) * n <= 65504 < float(above) * n
+
+
+def _store(**params):
+    kv = mx.kv.create('dist_sync_fp16')
+    kv.set_gradient_compression(dict({'size_threshold': 0}, **params))
+    return kv
+
+
+def test_matches_reference_and_clips():
+    """Outputs (one worker: its halves) and residuals bit for bit, over steps with values
+    beyond float16's range and below its smallest subnormal."""
+    rng = np.random.default_rng(0)
+    kv = _store()
+    residual = np.zeros((300, 7), f32)
+    for step in range(5):
+        grad = (rng.standard_normal((300, 7)) * 10.0 ** rng.integers(-9, 3, (300, 7)))
+        grad = grad.astype(f32)
+        grad[0, :3] = [1e5, -7e4, 3e-9]
+        value = mx.nd.array(grad)
+        kv.pushpull('w', value)
+        half, residual, status = ref.fp16_encode(grad, residual, 1)
+        assert status == 0
+        assert np.array_equal(value.asnumpy(), half.astype(f32))
+        assert np.array_equal(kv._keys['w'].residual.asnumpy(), residual)
+    assert np.abs(value.asnumpy()).max() <= 65504
+
+
+def test_overflow_drains_through_the_residual():
+    kv = _store()
+    sent = 0.0
+    for step in range(5):
+        value = mx.nd.array(np.array([2e5 if step == 0 else 0.0, 1.0], f32))
+        kv.pushpull('w', value)
+        sent += float(value.asnumpy()[0])
+        assert value.asnumpy()[0] <= 65504
+    assert sent == 2e5
+    assert kv._keys['w'].residual.asnumpy()[0] == 0
+
+
+def test_wire_bytes_halve():
+    kv = _store()
+    kv.pushpull('w', mx.nd.ones((1000, 3)))
+    stats = kv.comm_stats()
+    assert stats['push_bytes'] == stats['pull_bytes'] == stats['raw_bytes'] // 2 == 6000
+
+
+def test_scheme():
+    scheme = Float16()
+    assert isinstance(scheme.codec_for((512, 3136), np.float32), Float16Codec)
+    assert scheme.codec_for((100,), np.float32).passthrough
+    assert scheme.codec_for((512, 3136), np.float16).passthrough
+
+
+PARAMS = {'size_threshold': 100, 'chunk_size': 1024}
+
+
+@pytest.mark.parametrize('workers', [2, 4])
+def test_dist_float16_sum(tmp_path, job_env, workers):
+    """Each worker's residual is the reference's; every chunk's pulled sum is the
+    workers' halves added in float32 in one arrival order, rounded once to float16, and
+    not their float16 partial sums in any order (4 workers; with 2 the two agree); all
+    workers pull the same."""
+    launch(tmp_path, job_env, workers, 1, [JOB, '--kvstore', 'dist_sync_fp16',
+                                           '--params', json.dumps(PARAMS),
+                                           '--steps', '3', '--out', str(tmp_path)])
+    runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
+    scheme = Float16(**PARAMS)
+    inexact = total = 0
+    for key, shape in job.SHAPES.items():
+        codec = scheme.codec_for(shape, np.float32)
+        if codec.passthrough:
+            continue
+        chunks = chunking.split(codec, PARAMS['chunk_size'])
+        residuals = [np.zeros(shape, f32) for _ in range(workers)]
+        for step in range(3):
+            outs = [run['out/%s/%d' % (key, step)] for run in runs]
+            for out in outs[1:]:
+                assert np.array_equal(out, outs[0])
+            halves = []
+            for w, g in enumerate(worker_gradients(workers, step, key)):
+                half, residuals[w], status = ref.fp16_encode(g, residuals[w], workers)
+                assert np.array_equal(runs[w]['res/%s/%d' % (key, step)], residuals[w])
+                halves.append(half)
+            for chunk in chunks:
+                parts = [chunk.view(h) for h in halves]
+                got = chunk.view(outs[0])
+                orders = list(itertools.permutations(range(workers)))
+                assert any(np.array_equal(got, ref.fp16_server_sum([parts[i] for i in o])
+                                          .astype(f32)) for o in orders), (key, step)
+                if workers > 2:
+                    rounded_each_add = [np.count_nonzero(got != float16_partial_sums(
+                        [parts[i] for i in o])) for o in orders]
+                    assert min(rounded_each_add) > 0, (key, step)
+                exact = sum(p.astype(np.float64) for p in parts).astype(np.float16)
+                inexact += np.count_nonzero(got != exact.astype(f32))
+                total += got.size
+    print('fp16 server sum, %d workers: %d of %d elements differ from the exactly rounded '
+          'sum' % (workers, inexact, total))
+
+
+def float16_partial_sums(halves):
+    """What a server that rounded after every addition would return."""
+    total = halves[0].astype(np.float16)
+    for h in halves[1:]:
+        total = (total.astype(f32) + h.astype(f32)).astype(np.float16)
+    return total.astype(f32)
