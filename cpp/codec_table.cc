@@ -37,8 +37,9 @@ const CodecSpec kCodecs[] = {
        return entries < 0 ? -1 : adacomp_payload_words(n, entries);
      }},
     {kCodecElementTopk, "element_topk", element_topk_decode, element_topk_decode_add,
-     [](int64_t n, float k, float) {
-       return element_topk_payload_words(n, static_cast<int64_t>(k));
+     [](int64_t n, float k, float) -> int64_t {
+       const int64_t entries = count_param(k);
+       return entries < 0 ? -1 : element_topk_payload_words(n, entries);
      }},
 };
 const int kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);

@@ -92,7 +92,8 @@ std::vector<float> random_payload(Words& w, float id, int64_t n, const CodecSpec
   return p;
 }
 
-// A valid payload of the codec named `name`; empty for a codec this file does not know.
+// A valid payload of the codec named `name`; empty for a codec this file does not know
+// (such a codec is still fuzzed with random and truncated payloads).
 std::vector<float> valid_payload(Words& w, const char* name, int64_t n) {
   std::vector<float> grad(static_cast<size_t>(n)), residual(static_cast<size_t>(n), 0.0f);
   for (float& g : grad) g = static_cast<float>(w.below(2001)) / 1000.0f - 1.0f;
@@ -109,6 +110,10 @@ std::vector<float> valid_payload(Words& w, const char* name, int64_t n) {
   } else if (!std::strcmp(name, "ternary")) {
     p.resize(static_cast<size_t>(kvx::ternary_payload_words(n)));
     kvx::ternary_encode(grad.data(), residual.data(), n, 2.0, 0.0, p.data(), w.chance(50));
+  } else if (!std::strcmp(name, "element_topk")) {
+    const int64_t k = 1 + static_cast<int64_t>(w.below(static_cast<uint64_t>(n)));
+    p.resize(static_cast<size_t>(kvx::element_topk_payload_words(n, k)));
+    kvx::element_topk_encode(grad.data(), residual.data(), n, k, p.data());
   } else if (!std::strcmp(name, "adacomp")) {
     const int64_t capacity = 1 + static_cast<int64_t>(w.below(static_cast<uint64_t>(n)));
     p.resize(static_cast<size_t>(kvx::adacomp_payload_words(n, capacity)));
@@ -149,11 +154,14 @@ void fuzz_row(const CodecSpec& spec, uint64_t cases, uint64_t seed) {
         break;
       case 1: {                                   // valid, then mutated
         p = valid_payload(w, spec.name, n);
-        if (p.empty()) p = random_payload(w, spec.id, n, spec);
-        std::vector<float> out(static_cast<size_t>(n));
-        const int st = spec.decode(p.data(), static_cast<int64_t>(p.size()), n, out.data());
-        if (st != kvx::kOk) fail("valid payload rejected", spec.name, c, st);
-        else if (!all_finite(out)) fail("valid payload decoded to non-finite", spec.name, c, st);
+        if (p.empty()) {
+          p = random_payload(w, spec.id, n, spec);
+        } else {
+          std::vector<float> out(static_cast<size_t>(n));
+          const int st = spec.decode(p.data(), static_cast<int64_t>(p.size()), n, out.data());
+          if (st != kvx::kOk) fail("valid payload rejected", spec.name, c, st);
+          else if (!all_finite(out)) fail("valid payload decoded to non-finite", spec.name, c, st);
+        }
         const uint64_t flips = 1 + w.below(4);
         for (uint64_t f = 0; f < flips; ++f) p[static_cast<size_t>(w.below(p.size()))] = w.any(n);
         break;
