@@ -35,6 +35,9 @@ def parse_args():
     p.add_argument('--batch-size', type=int, default=32,
                    help='per device; a worker trains on batch-size x devices samples a step')
     p.add_argument('--lr', type=float, default=0.1, help='for the global batch')
+    p.add_argument('--lr-mode', default='cosine', choices=('cosine', 'constant'),
+                   help='cosine: decays to 0 over the run (final accuracies then compare '
+                        'without one epoch\'s noise)')
     p.add_argument('--momentum', type=float, default=0.9)
     p.add_argument('--wd', type=float, default=1e-4)
     p.add_argument('--seed', type=int, default=42,
@@ -122,11 +125,14 @@ def main():
                        'epoch_time': time.time() - started[0]})
         started[0] = time.time()
 
+    optimizer_params = {'learning_rate': args.lr, 'momentum': args.momentum, 'wd': args.wd}
+    if args.lr_mode == 'cosine':       # counts steps: one update of every parameter a step
+        optimizer_params['lr_scheduler'] = mx.lr_scheduler.CosineScheduler(
+            args.num_epochs * source.batches_per_epoch, base_lr=args.lr)
     mx.random.seed(args.seed)
     mod = mx.mod.Module(build_symbol(mx), context=ctxs)
     mod.fit(train, eval_data=test, eval_metric='acc', kvstore=kv, optimizer='sgd',
-            optimizer_params={'learning_rate': args.lr, 'momentum': args.momentum,
-                              'wd': args.wd},
+            optimizer_params=optimizer_params,
             initializer=mx.init.Xavier(), num_epoch=args.num_epochs,
             eval_end_callback=on_eval_end)
 
