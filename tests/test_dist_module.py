@@ -7,7 +7,9 @@ Module: 2 workers with 2 CPU devices each and 1 server train the MNIST CNN
 (gluon_scripts/train_mnist_module.py, bundled digits) through MXNet's dist_sync
 (optimizer on the servers, Module's choice) and through dist_sync_hylo (optimizer on
 the workers: Module reads is_capable('optimizer')). The same epochs and seed reach the
-same test accuracy within one point, and Hylo pushes over 5x fewer bytes."""
+same test accuracy within one point, and Hylo pushes over 5x fewer bytes (run of
+2026-11-23: final test accuracy 0.970 dist_sync, 0.968 dist_sync_hylo; 6 epochs of 31
+steps, cosine lr; about 50 s a job on 2 loaded cores)."""
 import json
 import os
 import subprocess
