@@ -2,7 +2,8 @@
 
 ``import kvstore_ext`` loads the C++ plugin's operators into MXNet and registers the
 kvstore types ``dist_sync_<scheme>`` (see ``kvstore_types()``), usable as
-``gluon.Trainer(..., kvstore='dist_sync_hylo', compression_params={...})``.
+``gluon.Trainer(..., kvstore='dist_sync_hylo', compression_params={...})`` and as
+``Module.fit(..., kvstore=mx.kv.create('dist_sync_hylo'))``.
 """
 from . import _lib
 from .errors import NonFiniteGradientError, PayloadError

@@ -44,15 +44,8 @@ class Param:
 
 def validate(spec, given, scheme_name):
     """Defaults overlaid with ``given``; unknown keys and bad values raise ValueError.
-
-    A 'type' key (as in MXNet's ``{'type': '2bit', ...}``) is accepted when it names
-    this scheme, so the same dict style works.
-    """
+    (MXNet's ``'type'`` key names the kvstore's scheme: the store checks it, store.py.)"""
     given = dict(given or {})
-    kind = given.pop('type', scheme_name)
-    if kind != scheme_name:
-        raise ValueError("compression type %r does not match this kvstore's scheme %r"
-                         % (kind, scheme_name))
     unknown = sorted(set(given) - set(spec))
     if unknown:
         raise ValueError('unknown compression parameter(s) for %s: %s; known: %s'

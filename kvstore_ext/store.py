@@ -1,4 +1,5 @@
-"""The KVStore plugin: what Gluon's Trainer talks to as ``kvstore='dist_sync_<scheme>'``.
+"""The KVStore plugin: what Gluon's Trainer and MXNet's Module talk to as
+``kvstore='dist_sync_<scheme>'``.
 
 One ``pushpull`` for one key:
 
@@ -15,9 +16,16 @@ chunk by chunk on views of the arrays (no payload to build, no copy), so such te
 cost what they cost in ``dist_sync``; like there, a NaN in them reaches the sum (no
 residual is at stake).
 
-Gluon calls ``pushpull`` with ``update_on_kvstore=False`` (``is_capable('optimizer')``
-is False), so the optimizer runs on the workers on the summed gradient, exactly as
-with MXNet's ``dist_sync`` and ``update_on_kvstore=False``.
+Gluon's Trainer and Module (``mxnet/model.py`` ``_create_kvstore``) both read
+``is_capable('optimizer')``, which is False, and choose ``update_on_kvstore=False``:
+the optimizer runs on the workers on the summed gradient, exactly as with MXNet's
+``dist_sync`` and ``update_on_kvstore=False``.
+
+MXNet's classic calls are here too, for Module and hand-written loops: ``init`` (rank
+0's value, fetched by every worker), ``push`` (one ``pushpull`` round whose sum the
+store keeps) and ``pull`` (copies what the store keeps: the last push's sum, or the
+init value if nothing was pushed since). Module itself calls ``init`` and then
+``pushpull`` for dense gradients.
 """
 import numpy as np
 
@@ -46,6 +54,7 @@ class _Key:
         self.chunk_states = ()
         self.plain = False
         self.flush = None           # a residual a re-plan left over: sent with the next step
+        self.stored = None          # what pull returns: init/broadcast value or last push's sum
         self.checked = ((), ())     # the arrays of the last pushpull, already checked
 
     def already_checked(self, values, outs):
@@ -66,6 +75,14 @@ def _copy(src, dst):
 
 def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _pairs(keys, values, what):
+    """(key, value) pairs of a list of keys; MXNet's lists must match in length."""
+    values = _as_list(values)
+    if len(values) != len(keys):
+        raise ValueError('%d keys but %d %s' % (len(keys), len(values), what))
+    return zip(keys, values)
 
 
 class CompressedKVStore(KVStoreBase):
@@ -112,20 +129,35 @@ class CompressedKVStore(KVStoreBase):
 
     # -- configuration --------------------------------------------------------------
     def set_gradient_compression(self, compression_params):
-        """Set the scheme's parameters (Gluon's ``compression_params``).
+        """Set the scheme's parameters (Gluon's ``compression_params``, Module's, or
+        MXNet's ``{'type': ..., ...}`` style as ``fit.py --gc-type`` passes it).
 
+        ``type``, if given, must name this kvstore's scheme: the scheme is chosen by the
+        kvstore type, so another type is refused with the type to create instead.
         Unknown keys and invalid values raise ValueError/TypeError. Only before the
-        first ``pushpull``: codecs and residuals depend on the parameters.
+        first round: codecs and residuals depend on the parameters.
         """
         if any(state.codec is not None for state in self._keys.values()):
             raise RuntimeError('set_gradient_compression must be called before the first '
                                'pushpull: codecs and residuals already exist')
-        self._scheme = self.scheme_class(**(compression_params or {}))
+        params = dict(compression_params or {})
+        kind = params.pop('type', self.scheme_class.name)
+        if kind != self.scheme_class.name:
+            ours = sorted(name for name, cls in KVStoreBase.kv_registry.items()
+                          if issubclass(cls, CompressedKVStore))
+            use = ('create the kvstore type %r for it' % ('dist_sync_%s' % kind)
+                   if 'dist_sync_%s' % kind in ours else '%r is not one of them' % (kind,))
+            raise ValueError('compression type %r does not match %s (scheme %r): with '
+                             'kvstore_ext the scheme is the kvstore type (%s); %s'
+                             % (kind, self.type, self.scheme_class.name, ', '.join(ours), use))
+        self._scheme = self.scheme_class(**params)
 
     def set_optimizer(self, optimizer):
         raise NotImplementedError(
-            '%s sums gradients; the optimizer runs on the workers '
-            '(Gluon does this by itself: is_capable("optimizer") is False)' % self.type)
+            '%s sums gradients and cannot run the optimizer on the servers: use '
+            'update_on_kvstore=False, the optimizer then runs on the workers (Gluon\'s '
+            'Trainer and Module choose it by themselves: is_capable("optimizer") is False)'
+            % self.type)
 
     def save_optimizer_states(self, fname, dump_optimizer=False):
         raise NotImplementedError('no optimizer runs in %s; use save_compression_state '
@@ -144,14 +176,18 @@ class CompressedKVStore(KVStoreBase):
             return
         self._check_key(key)
         value = value[0] if isinstance(value, (list, tuple)) else value
-        self._declare(key, value)
+        state = self._declare(key, value)
         result = self._transport.broadcast(key, value.as_in_context(cpu()))
         for o in _as_list(out):
             self._check_out(key, o)
             _copy(result, o)
+        state.stored = result.copy()       # MXNet's broadcast is init + pull
 
     def pushpull(self, key, value, out=None, priority=0):
-        """Sum ``value`` over devices and workers (compressed) into ``out`` or ``value``."""
+        """Sum ``value`` over devices and workers (compressed) into ``out`` or ``value``.
+
+        The sum goes to ``out`` only: the store keeps no copy, so a ``pull`` of the key
+        before its next ``push`` raises rather than return an older value."""
         if isinstance(key, (list, tuple)):
             outs = out if out is not None else [None] * len(key)
             for k, v, o in zip(key, value, outs):
@@ -159,6 +195,10 @@ class CompressedKVStore(KVStoreBase):
             return
         values = _as_list(value)
         outs = values if out is None else _as_list(out)
+        self._round(key, values, outs).stored = None
+
+    def _round(self, key, values, outs):
+        """One round of ``key`` (pushpull's body): returns the key's state."""
         state = self._keys.get(key)
         if state is None or type(key) is bool or not state.already_checked(values, outs):
             self._check_key(key)
@@ -176,7 +216,7 @@ class CompressedKVStore(KVStoreBase):
                 self._flush_into(state, values[0])
             pushed, pulled = self._transport.pushpull_plain(key, state.chunks, values, outs)
             self._stats.record(key, state.raw_bytes, pushed, pulled)
-            return
+            return state
         grad = self._sum_devices(values)
         if state.dtype != np.float32:
             grad = grad.astype(np.float32)
@@ -192,6 +232,78 @@ class CompressedKVStore(KVStoreBase):
             summed = summed.astype(state.dtype)
         for o in outs:
             _copy(summed, o)
+        return state
+
+    # -- MXNet's classic interface: init, push, pull (Module, hand-written loops) ----
+    def init(self, key, value):
+        """Declare ``key`` (or a list of keys) with rank 0's ``value``; every worker
+        calls it, as with MXNet's kvstores, and keeps rank 0's value for a ``pull``
+        before the first ``push``. Once per key."""
+        if isinstance(key, (list, tuple)):
+            for k, v in _pairs(key, value, 'values'):
+                self.init(k, v)
+            return
+        self._check_key(key)
+        if key in self._keys:
+            raise RuntimeError('key %r is already initialised (by init, broadcast or '
+                               'pushpull): a kvstore initialises each key once' % (key,))
+        value = value[0] if isinstance(value, (list, tuple)) else value
+        state = self._declare(key, value)
+        state.stored = self._transport.broadcast(key, value.as_in_context(cpu())).copy()
+
+    def push(self, key, value, priority=0):
+        """One round of ``key``, as ``pushpull`` runs it: ``value`` (an array, or one
+        per device, summed here first) is compressed and exchanged, and the decoded sum
+        over workers is kept for ``pull``. Unlike MXNet's asynchronous push it returns
+        once the round is done; every worker pushes a key equally often (dist_sync).
+        ``priority`` is accepted for MXNet's signature: rounds run in call order."""
+        if isinstance(key, (list, tuple)):
+            if len(set(key)) != len(key):
+                raise ValueError('push: a key appears twice in %r; push each key once a '
+                                 'round (sum its values first)' % (key,))
+            for k, v in _pairs(key, value, 'values'):
+                self.push(k, v, priority)
+            return
+        state = self._initialised(key)
+        stored = state.stored
+        if stored is None:
+            stored = ndarray.zeros(state.shape, ctx=cpu(), dtype=state.dtype)
+        self._round(key, _as_list(value), [stored])
+        state.stored = stored
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        """Copy ``key``'s value into ``out`` (an array, or one per device): the sum of
+        its last ``push``, or its ``init``/``broadcast`` value if it was not pushed
+        since. Nothing travels: after a synchronous round every worker holds the same
+        sum. Sparse outs are skipped (``ignore_sparse``, as MXNet) or refused."""
+        if out is None:
+            raise TypeError('pull needs out: the array(s) to write %r into' % (key,))
+        if isinstance(key, (list, tuple)):
+            for k, o in _pairs(key, out, 'outs'):
+                self.pull(k, o, priority, ignore_sparse)
+            return
+        state = self._initialised(key)
+        if state.stored is None:
+            raise RuntimeError('key %r: nothing to pull: its last round was a pushpull, '
+                               'which writes the sum into its out only; use push then pull'
+                               % (key,))
+        for o in _as_list(out):
+            if o.stype != 'default':
+                if ignore_sparse:
+                    continue
+                raise TypeError('key %r: %s holds dense values; cannot pull into a %s '
+                                'array' % (key, self.type, o.stype))
+            self._check_out(key, o)
+            _copy(state.stored, o)
+
+    def _initialised(self, key):
+        """The state of a key that ``init`` (or broadcast, or pushpull) declared."""
+        self._check_key(key)
+        state = self._keys.get(key)
+        if state is None:
+            raise RuntimeError('key %r was not initialised: call init(key, value) on every '
+                               'worker first, as with MXNet\'s kvstores' % (key,))
+        return state
 
     def _exchange_step(self, state, grad, target=None):
         """Run the chunks' steps (their rounds through the transport): (the float32
