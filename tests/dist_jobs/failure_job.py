@@ -4,15 +4,20 @@
 --mode malformed: at step 1, rank 1 pushes a payload with a corrupted header; every
   worker checks that this round's sum is NaN (the server rejected it and lived on) and
   that the next round is correct again.
+--mode kill-server: after step 1, rank 0 kills this job's server (SIGKILL; found in /proc
+  by its DMLC_ROLE and the job's root port) and both workers go on pushing.
 """
 import argparse
+import os
+import signal
 
 import numpy as np
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument('--mode', choices=('nonfinite', 'malformed'), required=True)
+    parser.add_argument('--mode', choices=('nonfinite', 'malformed', 'kill-server'),
+                        required=True)
     args = parser.parse_args()
     import mxnet as mx
     import kvstore_ext  # noqa: F401
@@ -44,6 +49,28 @@ def main():
             else:
                 assert np.isfinite(out).all() and abs(out.sum()) > 0, out
         print('step %d ok' % step, flush=True)
+        if args.mode == 'kill-server' and kv.rank == 0 and step == 1:
+            for pid in servers_of_this_job():
+                print('killing server pid %d' % pid, flush=True)
+                os.kill(pid, signal.SIGKILL)
+
+
+def servers_of_this_job():
+    """Pids of the processes whose environment says DMLC_ROLE=server with our root port."""
+    port = os.environ['DMLC_PS_ROOT_PORT'].encode()
+    found = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/environ' % entry, 'rb') as f:
+                env = dict(item.split(b'=', 1) for item in f.read().split(b'\0') if b'=' in item)
+        except OSError:
+            continue
+        if env.get(b'DMLC_ROLE') == b'server' and env.get(b'DMLC_PS_ROOT_PORT') == port:
+            found.append(int(entry))
+    assert found, 'no server of this job found'
+    return found
 
 
 if __name__ == '__main__':
