@@ -15,7 +15,7 @@ from kvx_ref import wire  # noqa: E402
 
 import mxnet as mx  # noqa: E402
 
-from test_cpp_ops import (KINDS, grad_residual, library_path, make, nd, ops,  # noqa: E402,F401
+from test_cpp_ops import (KINDS, _set, grad_residual, library_path, make, nd, ops,  # noqa: E402,F401
                           same_bits, status_of)
 
 f32 = np.float32
@@ -101,14 +101,6 @@ def _good():
     payload = trim(ref.adacomp_encode(grad, residual, 10, 40)[0])
     assert payload[6] >= 3
     return payload
-
-
-def _set(i, v):
-    def corrupt(p):
-        p = p.copy()
-        p[i] = v
-        return p
-    return corrupt
 
 
 def _swap(p):
