@@ -62,6 +62,23 @@ struct Fp32Encode : OpSpec {
   }
 };
 
+// An encoder of acc = grad + residual: outputs (payload, status), the residual updated
+// in place.
+struct Encoder : OpSpec {
+  static constexpr const char* inputs[] = {"grad", "residual"};
+  static constexpr int outputs = 2;
+  static constexpr bool updates_second = true;
+};
+
+// The count attribute `attr` (k, capacity) of an op on grad fits its n elements.
+bool count_fits(const char* op, const char* attr, int64_t count, const Shape& grad) {
+  const int64_t n = product(grad);
+  if (count <= n) return true;
+  MX_ERROR_MSG << op << ": " << attr << "=" << count << " exceeds the " << n
+               << " elements of grad " << shape_string(grad);
+  return false;
+}
+
 // ---- top-k ----------------------------------------------------------------------------
 
 struct TopkParams {
@@ -71,11 +88,8 @@ struct TopkParams {
   }
 };
 
-struct TopkEncode : OpSpec {
+struct TopkEncode : Encoder {
   static constexpr const char* name = "kvx_topk_encode";
-  static constexpr const char* inputs[] = {"grad", "residual"};
-  static constexpr int outputs = 2;
-  static constexpr bool updates_second = true;
   using Params = TopkParams;
   static bool shape(const Params& p, const Shapes& in, Shapes* out) {
     if (!residual_shape(name, in)) return false;
@@ -224,11 +238,8 @@ struct TernaryParams {
   }
 };
 
-struct TernaryEncode : OpSpec {
+struct TernaryEncode : Encoder {
   static constexpr const char* name = "kvx_ternary_encode";
-  static constexpr const char* inputs[] = {"grad", "residual"};
-  static constexpr int outputs = 2;
-  static constexpr bool updates_second = true;
   using Params = TernaryParams;
   static bool shape(const Params&, const Shapes& in, Shapes* out) {
     (*out)[1] = Shape{1};
@@ -267,11 +278,8 @@ struct SumDecodeParams : SumParams {
   }
 };
 
-struct TernaryEncodeSum : OpSpec {
+struct TernaryEncodeSum : Encoder {
   static constexpr const char* name = "kvx_ternary_encode_sum";
-  static constexpr const char* inputs[] = {"grad", "residual"};
-  static constexpr int outputs = 2;
-  static constexpr bool updates_second = true;
   using Params = SumEncodeParams;
   static bool shape(const Params& p, const Shapes& in, Shapes* out) {
     (*out)[1] = Shape{1};
@@ -322,22 +330,15 @@ struct AdacompParams {
 
 // The payload is sized for `capacity` entries; the header's body length says how many
 // were sent (the rest is zeros).
-struct AdacompEncode : OpSpec {
+struct AdacompEncode : Encoder {
   static constexpr const char* name = "kvx_adacomp_encode";
-  static constexpr const char* inputs[] = {"grad", "residual"};
-  static constexpr int outputs = 2;
-  static constexpr bool updates_second = true;
   using Params = AdacompParams;
   static bool shape(const Params& p, const Shapes& in, Shapes* out) {
-    if (!residual_shape(name, in)) return false;
-    const int64_t n = product(in[0]);
-    if (p.capacity > n) {
-      MX_ERROR_MSG << name << ": capacity=" << p.capacity << " exceeds the " << n
-                   << " elements of grad " << shape_string(in[0]);
+    if (!residual_shape(name, in) || !count_fits(name, "capacity", p.capacity, in[0]))
       return false;
-    }
     (*out)[1] = Shape{1};
-    return flat_shape(name, kvx::adacomp_payload_words(n, p.capacity), &(*out)[0]);
+    return flat_shape(name, kvx::adacomp_payload_words(product(in[0]), p.capacity),
+                      &(*out)[0]);
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
     set_status(out[1], kvx::adacomp_encode(f32(in[0]), f32(in[1]), in[0].size(), p.bin,
@@ -347,22 +348,14 @@ struct AdacompEncode : OpSpec {
 
 // ---- element top-k ------------------------------------------------------------------------
 
-struct ElementTopkEncode : OpSpec {
+struct ElementTopkEncode : Encoder {
   static constexpr const char* name = "kvx_element_topk_encode";
-  static constexpr const char* inputs[] = {"grad", "residual"};
-  static constexpr int outputs = 2;
-  static constexpr bool updates_second = true;
   using Params = TopkParams;
   static bool shape(const Params& p, const Shapes& in, Shapes* out) {
-    if (!residual_shape(name, in)) return false;
-    const int64_t n = product(in[0]);
-    if (p.k > n) {
-      MX_ERROR_MSG << name << ": k=" << p.k << " exceeds the " << n << " elements of grad "
-                   << shape_string(in[0]);
-      return false;
-    }
+    if (!residual_shape(name, in) || !count_fits(name, "k", p.k, in[0])) return false;
     (*out)[1] = Shape{1};
-    return flat_shape(name, kvx::element_topk_payload_words(n, p.k), &(*out)[0]);
+    return flat_shape(name, kvx::element_topk_payload_words(product(in[0]), p.k),
+                      &(*out)[0]);
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
     set_status(out[1], kvx::element_topk_encode(f32(in[0]), f32(in[1]), in[0].size(), p.k,

@@ -648,9 +648,14 @@ def test_malformed_payload(ops, codec, corrupt, status):
     good, n = PAYLOADS[codec]()
     bad = corrupt(good)
     assert REF_DECODERS[codec](bad, n)[1] == status
-    decode = getattr(ops, 'kvx_%s_decode' % codec)
+    assert_rejected(ops, codec, bad, n, status)
+
+
+def assert_rejected(ops, codec, bad, n, status):
+    """kvx_<codec>_decode and _decode_add both return ``status`` for the payload ``bad``
+    (n elements); the decode's output is zeros and the accumulator is left bit-identical."""
     attrs = {'size': n} if codec == 'fp32' else {'shape': (n,)}
-    out, got = decode(nd(bad), **attrs)
+    out, got = getattr(ops, 'kvx_%s_decode' % codec)(nd(bad), **attrs)
     assert status_of(got) == status
     assert same_bits(out.asnumpy(), np.zeros(n, f32))
     acc = make((n,), 'randn', 63)
