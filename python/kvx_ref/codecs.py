@@ -471,8 +471,9 @@ def fp16_encode(grad, residual, num_workers):
 
 
 def fp16_server_sum(halves):
-    """The stock server's sum of float16 pushes (measured, tests/test_fp16.py): added in
-    float32 in arrival order (here the workers' order) and rounded once to float16.
+    """A model of the stock server's sum of float16 pushes: added in float32 in arrival
+    order and rounded once to float16. One 4-worker run matched it on every element, a
+    later one did not (tests/test_fp16.py asserts only float16 rounding per addition).
     Float32 holds the sum of a few halves exactly unless their magnitudes are more than
     2**13 apart, so the order rarely matters."""
     total = np.zeros(np.shape(halves[0]), f32)
