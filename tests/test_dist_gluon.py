@@ -1,7 +1,16 @@
 """Gluon training on real ps-lite processes: 4 workers and 2 servers train the MNIST
-CNN on the bundled digits with MXNet's dist_sync and with dist_sync_hylo; the same
-epochs reach the same test accuracy (within 0.5 points) while Hylo pushes over 7x
-fewer bytes.
+CNN on the bundled digits with MXNet's dist_sync and with dist_sync_hylo; Hylo's
+accuracy after the same epochs is not below dist_sync's by more than the two runs'
+noise, while Hylo pushes over 7x fewer bytes.
+
+Why one-sided and 1.5 points: one run of each cannot show "within 0.5 points". The
+server sums arrive in any order, so two runs of dist_sync with one seed differ; seeds
+spread dist_sync's final accuracy by 0.4-0.5 points (bench/results/accuracy.txt), so the
+difference of two single runs spreads by about 0.6. A CI run failed the old two-sided
+0.5-point bound with Hylo 0.95 points *above* dist_sync (97.5 vs 96.55). Within 0.5
+points is judged over seeds by bench/promise.py (docs/RESULTS.md section 7); this test
+catches a Hylo that trains worse than the noise (MXNet's 2-bit codec, for scale, loses
+38 points here).
 
 The bound was 10x before the defaults changed for issue 9: a conv layer at the size
 threshold now sends 0.3 of its filters (was 0.1), which bought back the accuracy that short
@@ -19,6 +28,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'gluon_scripts', 'train_mnist.py')
 ARGS = ['--num-epochs', '8', '--batch-size', '32', '--lr', '0.1', '--lr-mode', 'cosine',
         '--log-interval', '0']
+
+
+NOISE = 0.015  # two single runs' accuracy difference that seeds alone can produce
 
 
 def train(tmp_path, env, kvstore):
@@ -44,7 +56,7 @@ def test_hylo_matches_dist_sync_with_7x_less_push(tmp_path, job_env):
     # every worker evaluates the same synchronised model on the same digits
     assert len({r['final_test_acc'] for r in hylo}) == 1
     assert late_accuracy(plain[0]) > 0.95, plain[0]['epochs']
-    assert abs(late_accuracy(hylo[0]) - late_accuracy(plain[0])) <= 0.005, \
+    assert late_accuracy(hylo[0]) >= late_accuracy(plain[0]) - NOISE, \
         (hylo[0]['epochs'], plain[0]['epochs'])
     for run in hylo:
         stats = run['comm_stats']

@@ -6,8 +6,10 @@ value is rank 0's, a push is a pushpull round, workers pull the same sums.
 Module: 2 workers with 2 CPU devices each and 1 server train the MNIST CNN
 (gluon_scripts/train_mnist_module.py, bundled digits) through MXNet's dist_sync
 (optimizer on the servers, Module's choice) and through dist_sync_hylo (optimizer on
-the workers: Module reads is_capable('optimizer')). The same epochs and seed reach the
-same test accuracy within one point, and Hylo pushes over 5x fewer bytes (run of
+the workers: Module reads is_capable('optimizer')). After the same epochs and seed,
+Hylo's test accuracy is not below dist_sync's by more than 1.5 points (one run each:
+the noise of arrival-ordered server sums, see test_dist_gluon.py), and Hylo pushes
+over 5x fewer bytes (run of
 2026-11-23: final test accuracy 0.970 dist_sync, 0.968 dist_sync_hylo; 6 epochs of 31
 steps, cosine lr; about 50 s a job on 2 loaded cores)."""
 import json
@@ -77,7 +79,7 @@ def test_module_hylo_matches_dist_sync(tmp_path, job_env):
     assert hylo[0]['update_on_kvstore'] is False
     # the cosine schedule has decayed the lr to ~0: final accuracies are settled
     assert plain[0]['final_test_acc'] > 0.95, plain[0]['epochs']
-    assert abs(hylo[0]['final_test_acc'] - plain[0]['final_test_acc']) <= 0.01, \
+    assert hylo[0]['final_test_acc'] >= plain[0]['final_test_acc'] - 0.015, \
         (hylo[0]['epochs'], plain[0]['epochs'])
     for run in hylo:
         stats = run['comm_stats']
