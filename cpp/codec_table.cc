@@ -1,7 +1,9 @@
 // The table of server-decoded codecs and the servers' dispatch through it.
 #include "codec_table.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "codecs/adacomp.h"
 #include "codecs/element_topk.h"
@@ -72,11 +74,14 @@ int decode_slots(const float* slots, int64_t workers, int64_t slot_words, float*
   int first = kOk;
   float codec0 = 0.0f;
   int64_t n0 = -1;
+  bool voided = false;
   for (int64_t w = 0; w < workers; ++w) {
     const float* slot = slots + w * slot_words;
     float codec = 0.0f;
     int64_t n = 0, words = 0;
-    int st = slot_header(slot, slot_words, &codec, &n, &words);
+    // a void slot (first word NaN): the worker's gradient was non-finite; the sum is void
+    int st = slot_words > 0 && std::isnan(slot[0]) ? kVoid
+                                                   : slot_header(slot, slot_words, &codec, &n, &words);
     if (st == kOk && n0 < 0) {
       codec0 = codec;
       n0 = n;
@@ -89,7 +94,9 @@ int decode_slots(const float* slots, int64_t workers, int64_t slot_words, float*
     }
     status[w] = static_cast<float>(st);
     if (first == kOk) first = st;
+    voided = voided || st == kVoid;
   }
+  if (voided) std::fill(acc, acc + capacity, std::numeric_limits<float>::quiet_NaN());
   return first;
 }
 

@@ -15,6 +15,7 @@ const StatusSpec kStatuses[kStatusCount] = {
     {kBadParam, "BAD_PARAM", "invalid codec parameter"},
     {kBadIndex, "BAD_INDEX", "invalid filter index"},
     {kBadWord, "BAD_WORD", "invalid packed word"},
+    {kVoid, "VOID", "void contribution (the worker's gradient was non-finite)"},
 };
 
 const char* status_name(int status) {

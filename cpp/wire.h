@@ -19,7 +19,8 @@ enum Status : int {
   kBadParam = 6,
   kBadIndex = 7,
   kBadWord = 8,
-  kStatusCount = 9,
+  kVoid = 9,
+  kStatusCount = 10,
 };
 
 // One row per status, in code order: its name in python/kvx_ref/wire.py and the message

@@ -6,30 +6,36 @@ one payload, so a one-process run exercises exactly what the servers do.
 """
 import numpy as np
 
-from .errors import PayloadError, status_message
+from .errors import VOID, PayloadError, status_message
 from .ops import op
 from .wire import FP32, TERNARY, TOPK
 
 
 def decode_slots(slots, capacity):
-    """float32 sum (``capacity`` elements) of the payloads in the rows of ``slots``;
-    PayloadError names the first malformed one."""
+    """(float32 sum of ``capacity`` elements, the workers whose slot was void) of the
+    payloads in the rows of ``slots``. A void slot (``rounds.void``: its worker's
+    gradient was non-finite) makes the sum all NaN, which every worker then pulls;
+    PayloadError names the first malformed slot."""
     total, status = op('kvx_decode_slots')(slots, size=capacity)
+    voided = []
     for worker, code in enumerate(status.asnumpy()):
-        if code:
+        if code == VOID:
+            voided.append(worker)
+        elif code:
             raise PayloadError('payload of worker %d rejected: %s'
                                % (worker, status_message(code)))
-    return total
+    return total, voided
 
 
 def decode_sum(payloads, shape):
-    """Sum of the decoded 1-D ``payloads`` as a float32 array of ``shape``."""
+    """Sum of the decoded 1-D ``payloads`` as a float32 array of ``shape`` (all NaN if
+    one of them was void)."""
     from mxnet import ndarray
     width = max(p.size for p in payloads)
     slots = ndarray.zeros((len(payloads), width), dtype=np.float32)
     for row, payload in enumerate(payloads):
         slots[row, :payload.size] = payload
-    return decode_slots(slots, int(np.prod(shape))).reshape(shape)
+    return decode_slots(slots, int(np.prod(shape)))[0].reshape(shape)
 
 
 # -- compressed replies: the server re-encodes the sum (two-way compression) --------

@@ -12,17 +12,17 @@ STATUS_MESSAGES = {
     6: 'invalid codec parameter',
     7: 'invalid filter index',
     8: 'invalid packed word',
+    9: "void contribution (the worker's gradient was non-finite)",
 }
+VOID = 9
 
 
 class NonFiniteGradientError(FloatingPointError):
-    """A gradient holds NaN or Inf.
-
-    Raised before anything is sent: the residual (error-feedback memory) and the
-    weights are untouched, so training can skip the batch and go on in one process.
-    In a distributed job the other workers wait for this worker's push, so there it
-    ends the job (the launcher stops every node).
-    """
+    """A gradient holds NaN or Inf: what a codec's encoder raises, before it changes
+    any state. The store catches it and voids the key's step (store.py
+    ``_void_step``): every worker's sum is NaN, this worker's residual is unchanged,
+    and the caller skips the step as it would with dist_sync. ``pushpull`` does not
+    raise it."""
 
 
 class PayloadError(ValueError):

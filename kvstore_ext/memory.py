@@ -49,6 +49,19 @@ class ChunkState:
     def __setitem__(self, name, value):
         self._arrays[self._prefix + name] = value
 
+    def scratch(self):
+        """A copy to run a step on that must change nothing here (a void step)."""
+        arrays = {name: array.copy() for name, array in self._arrays.items()
+                  if name.startswith(self._prefix)}
+        residual = self.residual.copy() if self.residual is not None else None
+        return ChunkState(residual, arrays, self._prefix)
+
+    def adopt_shared(self, scratch):
+        """Take the arrays ``scratch`` kept (not the residual): what a codec keeps
+        besides the residual comes from round results, which every worker shares."""
+        for name, array in scratch._arrays.items():
+            self._arrays[name] = array
+
 
 class StateMemory:
     """Every key's state arrays: {key: {state name: NDArray}}."""

@@ -22,10 +22,17 @@ server key per (tensor key, chunk, name) and re-declares it when the round's kin
 shape changes, so a codec may run a round only on some steps (the first step's
 agreement) and a scheme may re-plan a key between steps.
 
+A worker whose gradient holds NaN or Inf sends ``void`` rounds instead (store.py):
+every worker's result is then NaN, which the caller sees and skips, as with MXNet's
+``dist_sync`` where NaN + x = NaN.
+
 ``drive`` runs the steps of all chunks of a tensor in lockstep: each stage's requests
 go to the transport together, which pushes all of them before it pulls any, so the
 chunks' round trips overlap.
 """
+
+
+import numpy as np
 
 
 class Sum:
@@ -65,6 +72,34 @@ class Gather:
     @property
     def dtype(self):
         return self.payload.dtype
+
+
+def void(request):
+    """The same request with every value NaN: what a worker whose gradient was
+    non-finite contributes, so that the others are not left waiting and every worker's
+    result is NaN (a ``Sum`` adds NaN; a ``Gather`` payload whose first word is NaN is
+    void at the servers' decode_slots)."""
+    from mxnet import ndarray
+    if request.kind == 'sum':
+        return Sum(request.name, ndarray.full(request.array.shape, np.nan,
+                                              dtype=request.array.dtype))
+    return Gather(request.name, ndarray.full(request.payload.shape, np.nan, dtype=np.float32),
+                  request.size, request.reply, request.reply_words)
+
+
+def is_void(value):
+    """True if ``value`` (a request, or a ``Sum`` round's result) is void: its first
+    value is NaN. A sum with a void contribution is NaN everywhere, so the first word
+    tells, and reading it costs a codec that reads its result anyway nothing."""
+    if isinstance(value, (Sum, Gather)):
+        value = value.array if value.kind == 'sum' else value.payload
+    return bool(np.isnan(value.reshape((-1,))[0].asscalar()))
+
+
+def void_sum(shape):
+    """The float32 sum of a void step: NaN."""
+    from mxnet import ndarray
+    return ndarray.full(shape, np.nan, dtype=np.float32)
 
 
 def drive(steps, exchange):

@@ -27,6 +27,8 @@ store keeps) and ``pull`` (copies what the store keeps: the last push's sum, or 
 init value if nothing was pushed since). Module itself calls ``init`` and then
 ``pushpull`` for dense gradients.
 """
+import logging
+
 import numpy as np
 
 from mxnet.kvstore import KVStoreBase
@@ -37,10 +39,11 @@ from . import chunking
 from .errors import NonFiniteGradientError
 from .memory import StateMemory
 from .ops import op
-from .rounds import drive
+from .rounds import drive, void
 from .stats import CommStats
 
 _FLOAT_TYPES = (np.float16, np.float32, np.float64)
+log = logging.getLogger('kvstore_ext')
 
 
 class _Key:
@@ -223,10 +226,8 @@ class CompressedKVStore(KVStoreBase):
         if state.flush is not None:
             grad = grad + state.flush.as_in_context(grad.context)
             state.flush = None
-        if len(state.chunks) > 1 and state.residual is not None:
-            self._check_finite(key, grad)
         target = outs[0] if outs[0].dtype == np.float32 and outs[0].context == cpu() else None
-        summed, pushed, pulled = self._exchange_step(state, grad, target)
+        summed, pushed, pulled = self._exchange_step(state, grad, step, target)
         self._stats.record(key, state.raw_bytes, pushed, pulled)
         if state.dtype != np.float32:
             summed = summed.astype(state.dtype)
@@ -305,10 +306,10 @@ class CompressedKVStore(KVStoreBase):
                                'worker first, as with MXNet\'s kvstores' % (key,))
         return state
 
-    def _exchange_step(self, state, grad, target=None):
+    def _exchange_step(self, state, grad, step, target=None):
         """Run the chunks' steps (their rounds through the transport): (the float32
         sum over workers, written into ``target`` if given, bytes pushed, bytes
-        pulled)."""
+        pulled). A non-finite gradient makes the step void (``_void_step``)."""
         traffic = [0, 0]
 
         def exchange(requests):
@@ -317,11 +318,52 @@ class CompressedKVStore(KVStoreBase):
             traffic[1] += pulled
             return results
 
-        steps = [c.codec.step(c.view(grad), cs, self.num_workers)
-                 for c, cs in zip(state.chunks, state.chunk_states)]
-        parts = drive(steps, exchange)
+        try:
+            if self._encodes_before_first_round(state, step):
+                self._check_finite(state.key, grad)
+            steps = [c.codec.step(c.view(grad), cs, self.num_workers)
+                     for c, cs in zip(state.chunks, state.chunk_states)]
+            parts = drive(steps, exchange)
+        except NonFiniteGradientError:
+            parts = self._void_step(state, exchange)
         summed = chunking.assemble(state.chunks, parts, grad.shape, target)
         return summed, traffic[0], traffic[1]
+
+    def _encodes_before_first_round(self, state, step):
+        """True unless the key's step is one round of one chunk, whose encoder finds a
+        NaN before anything is exchanged or changed. A tensor of several chunks, or a
+        step with an earlier round (an agreement, PowerSGD's P), is checked whole
+        first: a NaN in the last chunk or found in a second round must leave every
+        state as it was."""
+        if state.residual is None and not state.codec.state_shapes():
+            return False
+        return (len(state.chunks) > 1 or step == 0
+                or len(state.codec.wire_words(self.num_workers)) > 1)
+
+    def _void_step(self, state, exchange):
+        """This worker's gradient of the key is non-finite: take part in the key's
+        rounds with void (all-NaN) contributions (rounds.void), so that the other
+        workers are not left waiting and every worker's sum is NaN (the caller skips
+        the step, as with dist_sync, where NaN + x = NaN).
+
+        The chunks' steps run on a zero gradient and a scratch copy of their state,
+        only to make the same rounds as the other workers' steps. The residual stays
+        as it was. State the codecs derive from round results (an agreed statistic,
+        PowerSGD's Q) is taken from the scratch run: it saw the same NaN results as
+        every other worker, so the workers' states still agree (the codecs recover
+        from a NaN there at their next step)."""
+        from mxnet import ndarray
+        log.warning('key %r: non-finite gradient (NaN or Inf) on this worker (rank %d): '
+                    'it sent a void contribution, every worker\'s sum of this key is NaN '
+                    'this step; skip the step. The residual is unchanged.',
+                    state.key, self.rank)
+        scratch = [cs.scratch() for cs in state.chunk_states]
+        steps = [c.codec.step(ndarray.zeros(c.codec.shape, dtype=np.float32), s,
+                              self.num_workers) for c, s in zip(state.chunks, scratch)]
+        drive(steps, lambda requests: exchange([(i, void(r)) for i, r in requests]))
+        for cs, s in zip(state.chunk_states, scratch):
+            cs.adopt_shared(s)
+        return [ndarray.full(c.codec.shape, np.nan, dtype=np.float32) for c in state.chunks]
 
     def _plan(self, state, step):
         """Codec, chunks and chunk states of a key: at its first pushpull, and again
@@ -354,13 +396,9 @@ class CompressedKVStore(KVStoreBase):
 
     @staticmethod
     def _check_finite(key, grad):
-        """A tensor of several chunks is checked whole before any chunk encodes: the
-        encoders check their own chunk only, and a NaN in the last chunk must leave
-        the residuals of the first ones untouched too."""
         if int(op('kvx_finite_check')(grad.reshape((-1,))).asscalar()):
             raise NonFiniteGradientError(
-                'key %r: gradient holds non-finite values (NaN or Inf); nothing was sent '
-                'and the residual is unchanged' % (key,))
+                'key %r: gradient holds non-finite values (NaN or Inf)' % (key,))
 
     @staticmethod
     def _sum_devices(values):

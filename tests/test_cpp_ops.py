@@ -801,10 +801,11 @@ def test_wire_tables_agree(library_path):
     statuses = {lib.kvx_status_symbol(code).decode(): code
                 for code in range(lib.kvx_status_count())}
     spec_statuses = {name: getattr(wire, name) for name in dir(wire)
-                     if name in ('OK', 'NONFINITE') or name.startswith('BAD_')}
+                     if name in ('OK', 'NONFINITE', 'VOID') or name.startswith('BAD_')}
     assert statuses == spec_statuses
     messages = {code: lib.kvx_status_name(code).decode() for code in statuses.values()}
     assert messages == errors.STATUS_MESSAGES
+    assert errors.VOID == wire.VOID
     assert lib.kvx_status_symbol(len(statuses)) is None
 
     codecs = {lib.kvx_codec_name(i).decode(): lib.kvx_codec_id(i)
@@ -891,6 +892,20 @@ def test_decode_slots_names_the_bad_worker(ops, corrupt, code):
     _, status = ops.kvx_decode_slots(nd(slots), size=400)
     _, want_status = ref.decode_slots(slots, 400)
     assert list(status.asnumpy()) == want_status == [0, code, 0]
+
+
+@pytest.mark.parametrize('kind', ['topk', 'ternary', 'fp32'])
+def test_void_slot_voids_the_sum(ops, kind):
+    """A worker whose gradient was non-finite sends a slot of NaN (rounds.void): the
+    others' payloads are fine, yet the sum is all NaN, so every worker sees the step void."""
+    payloads = _worker_payloads(kind, 3, (12, 3, 3, 3), 4)
+    slots = _slots(payloads, max(p.size for p in payloads) + 3)
+    slots[1, :] = np.nan
+    capacity = 12 * 27
+    total, status = ops.kvx_decode_slots(nd(slots), size=capacity)
+    want, want_status = ref.decode_slots(slots, capacity)
+    assert list(status.asnumpy()) == want_status == [0, wire.VOID, 0]
+    assert np.isnan(total.asnumpy()).all() and np.isnan(want).all()
 
 
 def test_decode_slots_capacity_too_small(ops):

@@ -11,7 +11,8 @@
 // Invariants checked on every call: the status is a known code; on a non-zero status a
 // decode's output is all zeros and a decode_add's accumulator is bit-identical to before
 // (a malformed payload never half-applies); on kOk the output is finite where the
-// codec's values are finite.  A codec added to the table is fuzzed by being added.
+// codec's values are finite; a decode_slots with a void slot (first word NaN) leaves
+// only NaN in the sum.  A codec added to the table is fuzzed by being added.
 //
 // Usage: fuzz_decoders [cases_per_codec] [seed]     (exit status = failures, capped)
 #include <algorithm>
@@ -196,14 +197,20 @@ void fuzz_decode_slots(uint64_t cases, uint64_t seed) {
     for (int64_t k = 0; k < workers; ++k) {
       const size_t words = std::min<size_t>(payloads[k].size(), static_cast<size_t>(slot_words));
       if (words) std::memcpy(slots.data() + k * slot_words, payloads[k].data(), words * sizeof(float));
+      if (slot_words && w.chance(5)) slots[static_cast<size_t>(k * slot_words)] = std::numeric_limits<float>::quiet_NaN();
     }
     const int64_t capacity = w.chance(80) ? n : 1 + static_cast<int64_t>(w.below(300));
     std::vector<float> acc(static_cast<size_t>(capacity)), status(static_cast<size_t>(workers));
     const int first = kvx::decode_slots(slots.data(), workers, slot_words, acc.data(), capacity,
                                         status.data());
     if (!known_status(first)) fail("decode_slots: unknown status", spec.name, c, first);
-    for (float s : status)
+    bool voided = false;
+    for (float s : status) {
       if (!known_status(static_cast<int>(s))) fail("decode_slots: unknown slot status", spec.name, c, static_cast<int>(s));
+      voided = voided || static_cast<int>(s) == kvx::kVoid;
+    }
+    if (voided && !std::all_of(acc.begin(), acc.end(), [](float x) { return std::isnan(x); }))
+      fail("decode_slots: a void slot left a number in the sum", spec.name, c, first);
   }
 }
 

@@ -47,6 +47,10 @@ def base_parser(description, epilog=None, **defaults):
                    help='hybrid: hybridize the network (static graph)')
     g.add_argument('--seed', type=int, default=42,
                    help='seeds initialisation, data order and augmentation (with the epoch)')
+    g.add_argument('--nan-at-step', type=int, default=-1, metavar='STEP',
+                   help='fault injection: worker 0 puts a NaN into its first gradient at '
+                        'this step (counted from 0 over the run), to see the void step '
+                        'skipped by every worker')
     g = p.add_argument_group('devices (per worker)')
     g.add_argument('--gpus', default='', help="GPU ids, e.g. '0,1' (none: CPU)")
     g.add_argument('--num-cpu-contexts', type=int, default=1,

@@ -1,6 +1,7 @@
-"""The training loop: forward and backward on each device, ``trainer.step`` (where
-the kvstore sums the workers' gradients), periodic log lines, evaluation and the
-epoch's record after every epoch; a diverged run stops with advice."""
+"""The training loop: forward and backward on each device, the workers' gradients
+summed by the kvstore and the update (a void step is skipped), periodic log lines,
+evaluation and the epoch's record after every epoch; a diverged run stops with
+advice."""
 import time
 
 import numpy as np
@@ -40,6 +41,28 @@ def sync_aux_params(net):
             p.set_data(mx.nd.add_n(*[a.as_in_context(mx.cpu()) for a in arrays]) / len(arrays))
 
 
+VOID_STEPS_IN_A_ROW = 5     # then the run has diverged, not met a bad batch
+
+
+def _sum_and_update(trainer, params, batch_size):
+    """``trainer.step`` in its two halves, so that a void step is skipped: if a worker's
+    gradient was non-finite, every worker's sum holds NaN or Inf (kvstore_ext voids the
+    step; dist_sync adds the NaN in), every worker sees it and none updates, so the
+    replicas stay equal. Returns True if the update was applied."""
+    trainer.allreduce_grads()
+    total = sum(p.list_grad()[0].sum() for p in params if p.grad_req != 'null')
+    if not np.isfinite(total.asscalar()):
+        return False
+    trainer.update(batch_size)
+    return True
+
+
+def _inject_nan(params):
+    """Fault injection (--nan-at-step): a NaN in this worker's first gradient."""
+    grad = next(p for p in params if p.grad_req != 'null').list_grad()[0]
+    grad.reshape((-1,))[0:1] = np.nan
+
+
 def _diverged(log, progress, epoch, batch, trainer, what):
     progress.clear()
     log.error('epoch %d batch %d: %s: training diverged at lr %g; lower --lr or lengthen '
@@ -56,6 +79,8 @@ def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=not label_smoothing)
     history = list(history or [])
     traffic = Traffic(kv, net)
+    params = list(net.collect_params().values())
+    void_steps, void_in_a_row = [], 0
     t_start = time.time()
     top5 = bool(classes and classes > 5)
     for epoch in range(start_epoch, args.num_epochs):
@@ -65,6 +90,7 @@ def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
         t_epoch = t_interval = time.time()
         seen = seen_interval = 0
         at_epoch = at_interval = traffic.snapshot()
+        first_step = traffic.steps
         for i, (x, y) in enumerate(data.train_batches(epoch)):
             datas = gluon.utils.split_and_load(x, ctxs, even_split=False)
             labels = gluon.utils.split_and_load(y, ctxs, even_split=False)
@@ -78,16 +104,23 @@ def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
                 batch_losses = [loss_fn(o, t) for o, t in zip(outs, targets)]
             for l in batch_losses:
                 l.backward()
+            if traffic.steps == args.nan_at_step and kv.rank == 0:
+                _inject_nan(params)
             # the kvstore sums over workers: normalise by the global batch
-            try:
-                trainer.step(x.shape[0] * kv.num_workers)
-            except FloatingPointError as e:       # kvstore_ext's NonFiniteGradientError
-                _diverged(log, progress, epoch, i, trainer, e)
+            applied = _sum_and_update(trainer, params, x.shape[0] * kv.num_workers)
             traffic.steps += 1
+            void_in_a_row = 0 if applied else void_in_a_row + 1
+            if not applied:
+                void_steps.append(traffic.steps - 1)
+                progress.clear()
+                log.warning('epoch %d batch %d: void step (a worker\'s gradient was not '
+                            'finite): no worker updated', epoch, i + 1)
+                if void_in_a_row >= VOID_STEPS_IN_A_ROW:
+                    _diverged(log, progress, epoch, i, trainer,
+                              '%d void steps in a row' % void_in_a_row)
+                continue
             metric.update(labels, outs)
             losses.append(sum(l.sum().asscalar() for l in batch_losses) / x.shape[0])
-            if not np.isfinite(losses[-1]):
-                _diverged(log, progress, epoch, i, trainer, 'loss %s' % losses[-1])
             seen += x.shape[0]
             seen_interval += x.shape[0]
             progress.update(i + 1, 'loss %.3f' % losses[-1])
@@ -103,7 +136,7 @@ def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
                 at_interval, t_interval, seen_interval = now, time.time(), 0
         progress.close()
         sync_aux_params(net)
-        steps = len(losses)
+        steps = traffic.steps - first_step
         train_time = time.time() - t_epoch
         rates = Traffic.per_step(at_epoch, traffic.snapshot(), steps)
         t_eval = time.time()
@@ -114,6 +147,7 @@ def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
                   'samples_per_sec': seen / train_time, 'steps': steps,
                   'lr': trainer.learning_rate, 'train_time': train_time,
                   'eval_time': eval_time, 'epoch_time': time.time() - t_epoch,
+                  'void_steps': [s for s in void_steps if s >= first_step],
                   'wall_time': time.time() - t_start,
                   'bytes_per_step': {'push': rates['push_bytes'], 'pull': rates['pull_bytes'],
                                      'raw': rates['raw_bytes']}}

@@ -18,6 +18,10 @@ per-filter squared norms for conv), summed over workers. Two ways to get the sum
   (``'agreed'``), checkpointed with the residual. The first step has none and runs
   one round.
 
+A void round (a worker's non-finite gradient, rounds.py) ends the step on every worker
+at once, with a NaN sum: after a void agreement nothing is encoded, and a void payload
+leaves the carried statistic as it was.
+
 One step (``AgreedCodec.step``), numbered as in the code:
 
 1. the agreed statistic: carried from the previous aggregate, or summed by a round;
@@ -28,7 +32,7 @@ One step (``AgreedCodec.step``), numbered as in the code:
 5. ``decode_sum`` of the summed payload; the summed tail is the next step's agreement.
 """
 from .base import Codec
-from ..rounds import Sum
+from ..rounds import Sum, is_void, void_sum
 
 MODES = ('previous', 'round')
 
@@ -60,6 +64,8 @@ class AgreedCodec(Codec):
         agreed = state.get('agreed')
         if self.agreement_words and agreed is None:
             agreed = yield Sum('agree', self.statistic(grad, residual))
+            if is_void(agreed):       # a worker's NaN: every worker stops here
+                return void_sum(self.shape)
         state.last['agreed'] = agreed
         # 2. what every worker derives from it
         settled = self.settle(agreed, num_workers)
@@ -70,6 +76,8 @@ class AgreedCodec(Codec):
             words = ndarray.concat(words, self.statistic(grad, residual), dim=0)
         # 4. one round
         summed = yield Sum('payload', words)
+        if is_void(summed):           # a worker's NaN: keep the agreed statistic as it was
+            return void_sum(self.shape)
         # 5. decode; keep the summed tail (a copy: the pull buffer is reused)
         if self.carries:
             body = summed.size - self.agreement_words

@@ -6,6 +6,7 @@ so every codec's step runs without ps-lite.
 """
 import numpy as np
 
+from .. import rounds
 from ..aggregate import decode_sum, reencode
 
 
@@ -29,7 +30,7 @@ class LocalTransport:
         (with a residual kept per round, as a server keeps it per key)."""
         total = decode_sum([request.payload], (request.size,))
         pulled = request.size * 4
-        if request.reply is not None:
+        if request.reply is not None and not rounds.is_void(request):
             from mxnet import ndarray
             slot = (key, chunk, request.name)
             residual = self._server_residuals.get(slot)

@@ -30,7 +30,7 @@ import os
 import numpy as np
 
 from ..aggregate import FLOAT32_REPLY, REPLY_WORDS, reply_row
-from ..errors import PayloadError, status_message
+from ..errors import VOID, PayloadError, status_message
 from ..ops import op
 from ..worker_exit import exit_on_uncaught_exception
 from .server import ServerAggregator
@@ -125,7 +125,7 @@ class _GatherWire:
     def _check_last_reply(self):
         if self.failed is not None:
             code, self.failed = int(self.failed.asnumpy()[0]), None
-            if code:
+            if code and code != VOID:     # void: a worker's non-finite gradient, not an error
                 raise PayloadError('compressed reply of server key %d rejected: %s'
                                    % (self.key, status_message(code)))
 

@@ -13,7 +13,9 @@ value that workers pull:
   kept here, per key (two-way compression).
 
 A malformed payload never crashes the server: it is logged with the key and the
-worker, and the round's result is filled with NaN so the workers see it.
+worker, and the round's result is filled with NaN so the workers see it. A void
+payload (a worker's non-finite gradient, rounds.py) makes the result NaN too, quietly:
+it is not an error of the server's.
 
 Server processes import this while ``mxnet`` is only partly imported: only explicit
 submodule imports here (no ``mx.nd``).
@@ -50,11 +52,17 @@ class ServerAggregator(Optimizer):
         reply_row = None
         try:
             reply_row, request, residual = self._reply(index, weight)
-            total = self._decode_slots(grad, (rows - 1) * width)
-            payload = reencode(total, residual, request)
-            if payload is not None:
-                total = ndarray.zeros((rows - 1) * width, dtype=np.float32)
-                total[:payload.size] = payload
+            total, voided = self._decode_slots(grad, (rows - 1) * width)
+            if voided:
+                # NaN rows: a float32 reply is the NaN sum; a compressed one decodes as
+                # void on the workers (its first word is NaN); the residual is untouched
+                log.info('key %s: worker(s) %s voided this round (non-finite gradient); '
+                         'the sum is NaN', index, voided)
+            else:
+                payload = reencode(total, residual, request)
+                if payload is not None:
+                    total = ndarray.zeros((rows - 1) * width, dtype=np.float32)
+                    total[:payload.size] = payload
         except Exception as err:  # noqa: BLE001  a server must outlive any payload
             log.error('key %s: payload rejected, result set to NaN: %s', index, err)
             total = ndarray.full((rows - 1) * width, np.nan, dtype=np.float32)

@@ -491,10 +491,15 @@ _DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: terna
 def decode_slots(slots, capacity):
     """What a server does with one key: decode each worker's slot (a payload, then
     padding), which must agree on codec and element count, and sum in float32 in worker
-    order. Returns (sum of ``capacity`` elements, per-worker statuses)."""
+    order. A slot whose first word is NaN is VOID (its worker's gradient was non-finite)
+    and makes the whole sum NaN. Returns (sum of ``capacity`` elements, per-worker
+    statuses)."""
     total = np.zeros(capacity, f32)
     statuses, first = [], None
     for slot in np.asarray(slots, f32):
+        if slot.size and np.isnan(slot[0]):      # void: a worker's non-finite gradient
+            statuses.append(wire.VOID)
+            continue
         h = slot[:HEADER_WORDS]
         body = float(h[7]) if slot.size >= HEADER_WORDS else -1.0
         low, high = (float(h[3]), float(h[4])) if slot.size >= HEADER_WORDS else (-1.0, -1.0)
@@ -514,4 +519,6 @@ def decode_slots(slots, capacity):
             statuses.append(status)
             if status == OK:
                 total[:n] += decoded
+    if wire.VOID in statuses:
+        total[:] = np.nan
     return total, statuses

@@ -24,7 +24,8 @@ MANTISSA_BITS = {np.dtype(np.float32): 24, np.dtype(np.float64): 53}
 FP32, TOPK, TERNARY, ADACOMP, ELEMENT_TOPK = 1, 2, 3, 4, 5
 
 # status codes returned by encoders and decoders (0 = ok)
-OK, NONFINITE, BAD_MAGIC, BAD_VERSION, BAD_CODEC, BAD_SIZE, BAD_PARAM, BAD_INDEX, BAD_WORD = range(9)
+OK, NONFINITE, BAD_MAGIC, BAD_VERSION, BAD_CODEC, BAD_SIZE, BAD_PARAM, BAD_INDEX, BAD_WORD, \
+    VOID = range(10)
 
 
 def make_header(codec, n, a, b, body_len):

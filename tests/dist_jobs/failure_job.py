@@ -1,6 +1,11 @@
 """One worker of the failure tests (run under kvstore_ext.launch).
 
---mode nonfinite: rank 0 pushes a NaN gradient at step 2 and does not catch the error.
+--mode nonfinite: rank 0's gradient holds a NaN at step 2: every worker's sum of that
+  step is NaN (rank 0's contribution is void) and training goes on: at steps 3 and 4
+  each worker checks the sum against what one-process stores of every rank give (rank
+  0's store sees the same NaN and keeps its residual), and prints a checksum that the
+  test compares across workers. --aggregation homomorphic: the same, without the
+  one-process comparison (its threshold is agreed over workers).
 --mode malformed: at step 1, rank 1 pushes a payload with a corrupted header; every
   worker checks that this round's sum is NaN (the server rejected it and lived on) and
   that the next round is correct again.
@@ -18,16 +23,37 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--mode', choices=('nonfinite', 'malformed', 'kill-server'),
                         required=True)
+    parser.add_argument('--aggregation', default='server')
     args = parser.parse_args()
     import mxnet as mx
     import kvstore_ext  # noqa: F401
+    params = {'size_threshold': 10, 'aggregation': args.aggregation}
     kv = mx.kv.create('dist_sync_hylo')
-    kv.set_gradient_compression({'size_threshold': 10})
+    kv.set_gradient_compression(params)
     shape = (40, 25)
-    for step in range(4):
+    alone = None
+    if args.mode == 'nonfinite' and args.aggregation == 'server':
+        alone = [one_process_store(params) for _ in range(kv.num_workers)]
+    for step in range(5 if args.mode == 'nonfinite' else 4):
+        if args.mode == 'nonfinite':
+            expect = None
+            if alone is not None:
+                outs = [gradient(rank, step, shape) for rank in range(kv.num_workers)]
+                for store, out in zip(alone, outs):
+                    store.pushpull('w', out)       # one worker's decoded payload
+                expect = sum(o.asnumpy() for o in outs)
+            value = gradient(kv.rank, step, shape)
+            kv.pushpull('w', value)
+            out = value.asnumpy()
+            if step == 2:
+                assert np.isnan(out).all(), out
+            else:
+                assert np.isfinite(out).all() and abs(out).sum() > 0, out
+                if expect is not None:
+                    np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-6)
+            print('step %d ok checksum %.9g' % (step, np.nansum(out)), flush=True)
+            continue
         grad = np.random.default_rng([kv.rank, step]).standard_normal(shape).astype(np.float32)
-        if args.mode == 'nonfinite' and kv.rank == 0 and step == 2:
-            grad[3, 3] = np.nan
         codec_encode = None
         if args.mode == 'malformed' and kv.rank == 1 and step == 1:
             state = kv._keys.get('w')
@@ -53,6 +79,28 @@ def main():
             for pid in servers_of_this_job():
                 print('killing server pid %d' % pid, flush=True)
                 os.kill(pid, signal.SIGKILL)
+
+
+def gradient(rank, step, shape):
+    """Rank's gradient at step; rank 0's holds a NaN at step 2."""
+    import mxnet as mx
+    grad = np.random.default_rng([rank, step]).standard_normal(shape).astype(np.float32)
+    if rank == 0 and step == 2:
+        grad[3, 3] = np.nan
+    return mx.nd.array(grad)
+
+
+def one_process_store(params):
+    """A dist_sync_hylo store of one worker (no launcher variables): its pushpull
+    returns the decoded payload of that worker alone."""
+    import mxnet as mx
+    role = os.environ.pop('DMLC_ROLE')
+    try:
+        store = mx.kv.create('dist_sync_hylo')
+    finally:
+        os.environ['DMLC_ROLE'] = role
+    store.set_gradient_compression(params)
+    return store
 
 
 def servers_of_this_job():
