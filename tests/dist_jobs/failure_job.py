@@ -4,8 +4,9 @@
   step is NaN (rank 0's contribution is void) and training goes on: at steps 3 and 4
   each worker checks the sum against what one-process stores of every rank give (rank
   0's store sees the same NaN and keeps its residual), and prints a checksum that the
-  test compares across workers. --aggregation homomorphic: the same, without the
-  one-process comparison (its threshold is agreed over workers).
+  test compares across workers. --aggregation homomorphic or --pull compressed: the
+  same, without the one-process comparison (a threshold agreed over workers; a reply
+  the servers re-encode).
 --mode malformed: at step 1, rank 1 pushes a payload with a corrupted header; every
   worker checks that this round's sum is NaN (the server rejected it and lived on) and
   that the next round is correct again.
@@ -24,15 +25,18 @@ def main():
     parser.add_argument('--mode', choices=('nonfinite', 'malformed', 'kill-server'),
                         required=True)
     parser.add_argument('--aggregation', default='server')
+    parser.add_argument('--pull', default='float32')
     args = parser.parse_args()
     import mxnet as mx
     import kvstore_ext  # noqa: F401
     params = {'size_threshold': 10, 'aggregation': args.aggregation}
+    if args.pull != 'float32':
+        params['pull'] = args.pull
     kv = mx.kv.create('dist_sync_hylo')
     kv.set_gradient_compression(params)
     shape = (40, 25)
     alone = None
-    if args.mode == 'nonfinite' and args.aggregation == 'server':
+    if args.mode == 'nonfinite' and args.aggregation == 'server' and args.pull == 'float32':
         alone = [one_process_store(params) for _ in range(kv.num_workers)]
     for step in range(5 if args.mode == 'nonfinite' else 4):
         if args.mode == 'nonfinite':
