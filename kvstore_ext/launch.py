@@ -97,10 +97,53 @@ def parse_rank_line(line):
 # ---------------------------------------------------------------- environments
 
 def free_port(host=LOOPBACK):
-    """A port nobody listens on right now, for the scheduler (small race, as dmlc)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port nobody listens on right now, for the scheduler (small race, as dmlc),
+    whose IPC socket file (``/tmp/<port>``) does not exist either."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if not os.path.exists(ipc_path(port)):
+            return port
+
+
+# ---------------------------------------------------- IPC: ps-lite over Unix sockets
+#
+# With DMLC_LOCAL=1 ps-lite binds and connects ipc:///tmp/<port> (ZeroMQ over Unix
+# domain sockets) instead of tcp://: a one-host job then has no TCP listener at all, so
+# nothing off the host (or in another network namespace) can reach MXNet's server,
+# which unpickles what it receives. Measured: the 4 processes of a 2-worker job listen
+# on 4 TCP ports without it and on none with it (tests/test_launch.py).
+
+IPC_DIR = '/tmp'
+
+
+def ipc_path(port):
+    return os.path.join(IPC_DIR, str(port))
+
+
+def remove_stale_ipc_sockets(since):
+    """Unlink the IPC socket files made since ``since`` (epoch seconds) that nobody
+    listens on any more: a node killed by a signal leaves its file behind."""
+    import stat
+    for name in os.listdir(IPC_DIR):
+        path = os.path.join(IPC_DIR, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if not (name.isdigit() and stat.S_ISSOCK(info.st_mode) and info.st_mtime >= since):
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(path)
+            except ConnectionRefusedError:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            except OSError:
+                pass
 
 
 def parse_env_pairs(pairs):
@@ -604,8 +647,9 @@ def run_mxnet_tools_launch(argv=None):
 # ------------------------------------------------------------------------ CLI
 
 EPILOG = """\
-local (default): scheduler, servers and workers on 127.0.0.1, root port picked free
-  (or --port). Workers run COMMAND; scheduler and servers run
+local (default): scheduler, servers and workers on this host, root port picked free
+  (or --port), connected over Unix sockets /tmp/<port> (--transport ipc, the default:
+  DMLC_LOCAL=1, no TCP port open) or over 127.0.0.1 (--transport tcp). Workers run COMMAND; scheduler and servers run
   "python -c 'import mxnet'" (MXNet runs the server loop inside the import), or
   --server-command. Nodes inherit this environment (PYTHONPATH included) minus PORT,
   plus DMLC_ROLE, DMLC_PS_ROOT_URI/PORT, DMLC_NODE_HOST, DMLC_NUM_WORKER/SERVER,
@@ -660,6 +704,10 @@ def build_parser():
     parser.add_argument('--netns-prefix', metavar='PREFIX',
                         help='local: run each node in network namespace '
                              'PREFIX-scheduler / PREFIX-server-N / PREFIX-worker-N (root)')
+    parser.add_argument('--transport', choices=['ipc', 'tcp'],
+                        help='local: ipc (default: ps-lite over Unix sockets in /tmp, '
+                             'no TCP port open) or tcp (127.0.0.1); --netns-prefix and '
+                             'ssh: tcp')
     parser.add_argument('--working-dir', help='ssh: remote directory (default: cwd)')
     parser.add_argument('--ssh', default=SSH_DEFAULT, metavar='CMD',
                         help='ssh: client command (default: %(default)s)')
@@ -683,6 +731,12 @@ def parse_args(argv):
         parser.error('--launcher ssh needs -H HOSTFILE')
     if args.launcher == 'ssh' and args.netns_prefix:
         parser.error('--netns-prefix places local nodes; not with --launcher ssh')
+    if args.transport is None:
+        args.transport = 'ipc' if args.launcher == 'local' and not args.netns_prefix \
+            else 'tcp'
+    if args.transport == 'ipc' and (args.launcher == 'ssh' or args.netns_prefix):
+        parser.error('--transport ipc connects processes of one host through /tmp: not '
+                     'with --launcher ssh or --netns-prefix (the links would be bypassed)')
     try:
         args.env = parse_env_pairs(args.env)
     except ValueError as e:
@@ -696,8 +750,14 @@ def job_specs(args):
         server = (shlex.split(args.server_command) if args.server_command
                   else [sys.executable, '-c', 'import mxnet'])
         port = args.port or free_port(LOOPBACK)
+        env = dict(args.env)
+        if args.transport == 'ipc':
+            env['DMLC_LOCAL'] = '1'
         nodes = local_nodes(args.num_workers, args.num_servers, args.command, server,
-                            port, args.env)
+                            port, env)
+        if args.transport == 'tcp':
+            for node in nodes:
+                node.env.pop('DMLC_LOCAL', None)
         return in_namespaces(nodes, prefix_placement(args.netns_prefix)) \
             if args.netns_prefix else nodes
     server = shlex.split(args.server_command) if args.server_command else args.command
@@ -716,8 +776,12 @@ def main(argv=None):
     except RuntimeError as e:       # e.g. a --netns-prefix namespace without address
         say('cannot start the job: %s' % e)
         return 2
-    return run_job(specs, timeout=args.timeout,
-                   keep_stdin=args.launcher == 'ssh')
+    started = time.time() - 1
+    try:
+        return run_job(specs, timeout=args.timeout, keep_stdin=args.launcher == 'ssh')
+    finally:
+        if args.transport == 'ipc':
+            remove_stale_ipc_sockets(started)
 
 
 if __name__ == '__main__':

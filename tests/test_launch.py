@@ -102,6 +102,42 @@ def test_dist_sync_sums_exact(job_env, workers, servers):
     assert '[scheduler] ' in err and '[server %d] ' % (servers - 1) in err
 
 
+@pytest.mark.parametrize('transport', ['ipc', 'tcp'])
+def test_local_jobs_open_no_tcp_port_by_default(job_env, transport):
+    """ipc (the default): ps-lite over Unix sockets in /tmp, none of the job's 4
+    processes listens on TCP, and no socket file stays behind; tcp: they listen on
+    127.0.0.1 (one port each)."""
+    before = set(os.listdir(launch.IPC_DIR))
+    options = [] if transport == 'ipc' else ['--transport', 'tcp']
+    code, out, err, _ = run_launcher(['-n', '2', '-s', '1'] + options
+                                     + kv_job('--count-listeners'), job_env)
+    assert code == 0, err[-3000:]
+    counts = re.findall(r'job processes (\d+) tcp listeners (\d+)', out)
+    assert len(counts) == 2 and all(p == '4' for p, _ in counts), out
+    assert all(int(l) == (0 if transport == 'ipc' else 4) for _, l in counts), counts
+    left = [n for n in set(os.listdir(launch.IPC_DIR)) - before if n.isdigit()]
+    assert not left, left
+
+
+def test_killed_nodes_leave_no_ipc_socket_files(job_env):
+    """A worker crash stops the others by signal; their /tmp/<port> socket files are
+    removed by the launcher."""
+    before = set(os.listdir(launch.IPC_DIR))
+    code, _, err, _ = run_launcher(
+        ['-n', '2', '-s', '1'] + kv_job('--crash-worker', '1', '--rounds', '3'), job_env)
+    assert code == 3, err[-3000:]
+    left = [n for n in set(os.listdir(launch.IPC_DIR)) - before if n.isdigit()]
+    assert not left, left
+
+
+def test_ipc_is_refused_where_it_would_bypass_the_links():
+    for argv in (['--launcher', 'ssh', '-H', 'hosts', '--transport', 'ipc'],
+                 ['--netns-prefix', 'x', '--transport', 'ipc']):
+        with pytest.raises(SystemExit):
+            launch.parse_args(['-n', '1'] + argv + ['true'])
+    assert launch.parse_args(['-n', '1', '--netns-prefix', 'x', 'true']).transport == 'tcp'
+
+
 def test_worker_crash_stops_everything(job_env):
     code, out, err, seconds = run_launcher(
         ['-n', '2', '-s', '1'] + kv_job('--crash-worker', '1', '--rounds', '3'), job_env)

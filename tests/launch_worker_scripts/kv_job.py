@@ -8,6 +8,9 @@ pulls; the sum must be key * (round + 1) * n (n + 1) / 2 exactly. Options:
   --hang              after round 0, print 'ready' and sleep (a hung job)
   --expect-no-port    fail if PORT is in the environment
   --print-env         print the node's DMLC_PS_ROOT_URI and DMLC_NODE_HOST
+  --count-listeners   after the rounds, print how many TCP sockets the job's processes
+                      (found in /proc by the job's root port) listen on, and the
+                      Unix socket files in /tmp they hold
 """
 import argparse
 import os
@@ -27,6 +30,7 @@ def main():
     parser.add_argument('--hang', action='store_true')
     parser.add_argument('--expect-no-port', action='store_true')
     parser.add_argument('--print-env', action='store_true')
+    parser.add_argument('--count-listeners', action='store_true')
     args = parser.parse_args()
     if args.expect_no_port and 'PORT' in os.environ:
         sys.exit('PORT leaked into the worker: %s' % os.environ['PORT'])
@@ -54,7 +58,50 @@ def main():
         if rnd == 0 and args.hang:
             print('ready', flush=True)
             time.sleep(600)
+    if args.count_listeners:
+        pids = job_pids()
+        sockets = set().union(*(socket_inodes(pid) for pid in pids))
+        print('job processes %d tcp listeners %d' % (len(pids), len(sockets & tcp_listening())),
+              flush=True)
     print('rank %d of %d ok' % (rank, n), flush=True)
+
+
+def job_pids():
+    """Pids of the processes whose environment holds this job's root port."""
+    mark = b'DMLC_PS_ROOT_PORT=' + os.environ['DMLC_PS_ROOT_PORT'].encode()
+    pids = []
+    for entry in os.listdir('/proc'):
+        try:
+            with open('/proc/%s/environ' % entry, 'rb') as f:
+                if entry.isdigit() and mark in f.read().split(b'\0'):
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def socket_inodes(pid):
+    found = set()
+    for fd in os.listdir('/proc/%d/fd' % pid):
+        try:
+            target = os.readlink('/proc/%d/fd/%s' % (pid, fd))
+        except OSError:
+            continue
+        if target.startswith('socket:['):
+            found.add(target[len('socket:['):-1])
+    return found
+
+
+def tcp_listening():
+    """Inodes of the host's listening TCP sockets (state 0A in /proc/net/tcp*)."""
+    found = set()
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        with open(table) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == '0A':
+                    found.add(fields[9])
+    return found
 
 
 if __name__ == '__main__':
