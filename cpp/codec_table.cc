@@ -74,7 +74,6 @@ int decode_slots(const float* slots, int64_t workers, int64_t slot_words, float*
   int first = kOk;
   float codec0 = 0.0f;
   int64_t n0 = -1;
-  bool voided = false;
   for (int64_t w = 0; w < workers; ++w) {
     const float* slot = slots + w * slot_words;
     float codec = 0.0f;
@@ -94,9 +93,8 @@ int decode_slots(const float* slots, int64_t workers, int64_t slot_words, float*
     }
     status[w] = static_cast<float>(st);
     if (first == kOk) first = st;
-    voided = voided || st == kVoid;
   }
-  if (voided) std::fill(acc, acc + capacity, std::numeric_limits<float>::quiet_NaN());
+  if (first != kOk) std::fill(acc, acc + capacity, std::numeric_limits<float>::quiet_NaN());
   return first;
 }
 

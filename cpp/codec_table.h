@@ -31,10 +31,11 @@ const CodecSpec* find_codec(float id);
 // `slot_words` floats each hold one payload (header first, then padding).  Every slot is
 // decoded (through the row of its header's codec id) and added into acc, which has
 // `capacity` elements; the payloads must agree on codec and element count n
-// (<= capacity).  acc is zeroed first; status[w] is slot w's status (0 = ok).  Returns
-// the first non-zero status, or kOk.  A slot whose first word is NaN is void (kVoid): a
-// worker whose gradient was non-finite sends one so that the others are not left
-// waiting; acc is then all NaN, so that every worker sees the step void.
+// (<= capacity).  status[w] is slot w's status (0 = ok).  Returns the first non-zero
+// status, or kOk.  A slot whose first word is NaN is void (kVoid): a worker whose
+// gradient was non-finite sends one so that the others are not left waiting.  If any
+// slot is void or malformed, acc is all NaN: every worker then sees the round failed,
+// and a server need not wait for the statuses before it answers pulls.
 int decode_slots(const float* slots, int64_t workers, int64_t slot_words, float* acc,
                  int64_t capacity, float* status);
 

@@ -11,8 +11,8 @@
 // Invariants checked on every call: the status is a known code; on a non-zero status a
 // decode's output is all zeros and a decode_add's accumulator is bit-identical to before
 // (a malformed payload never half-applies); on kOk the output is finite where the
-// codec's values are finite; a decode_slots with a void slot (first word NaN) leaves
-// only NaN in the sum.  A codec added to the table is fuzzed by being added.
+// codec's values are finite; a decode_slots with a void (first word NaN) or malformed
+// slot leaves only NaN in the sum.  A codec added to the table is fuzzed by being added.
 //
 // Usage: fuzz_decoders [cases_per_codec] [seed]     (exit status = failures, capped)
 #include <algorithm>
@@ -204,13 +204,14 @@ void fuzz_decode_slots(uint64_t cases, uint64_t seed) {
     const int first = kvx::decode_slots(slots.data(), workers, slot_words, acc.data(), capacity,
                                         status.data());
     if (!known_status(first)) fail("decode_slots: unknown status", spec.name, c, first);
-    bool voided = false;
+    bool failed = false;
     for (float s : status) {
       if (!known_status(static_cast<int>(s))) fail("decode_slots: unknown slot status", spec.name, c, static_cast<int>(s));
-      voided = voided || static_cast<int>(s) == kvx::kVoid;
+      failed = failed || s != 0.0f;
     }
-    if (voided && !std::all_of(acc.begin(), acc.end(), [](float x) { return std::isnan(x); }))
-      fail("decode_slots: a void slot left a number in the sum", spec.name, c, first);
+    if (failed != (first != kvx::kOk)) fail("decode_slots: return and slot statuses disagree", spec.name, c, first);
+    if (failed && !std::all_of(acc.begin(), acc.end(), [](float x) { return std::isnan(x); }))
+      fail("decode_slots: a void or malformed slot left a number in the sum", spec.name, c, first);
   }
 }
 

@@ -1172,8 +1172,8 @@ void test_adacomp_malformed() {
   Floats swapped = good;
   std::swap(swapped[8], swapped[9]);
   CHECK_EQ(decode(swapped), kvx::kBadIndex);
-  // The servers' dispatch: an AdaComp slot (payload + padding) decodes by its header,
-  // a malformed one is reported and the good one still counts.
+  // The servers' dispatch: an AdaComp slot (payload + padding) decodes by its header;
+  // a malformed one is reported, and the sum is all NaN (the round failed for all).
   Floats slots(2 * slot.size(), 5.0f);
   std::copy(good.begin(), good.end(), slots.begin());
   Floats bad = with(8 + 1, 2.0f * n);
@@ -1185,6 +1185,9 @@ void test_adacomp_malformed() {
   CHECK_EQ(status[1], static_cast<float>(kvx::kBadIndex));
   Floats one(n);
   CHECK_EQ(kvx::adacomp_decode(good.data(), good.size(), n, one.data()), kvx::kOk);
+  CHECK(std::all_of(sum.begin(), sum.end(), [](float x) { return std::isnan(x); }));
+  CHECK_EQ(kvx::decode_slots(slots.data(), 1, slot.size(), sum.data(), n, status.data()),
+           kvx::kOk);
   CHECK(same_bits(sum, one));
 }
 
@@ -1332,6 +1335,9 @@ void test_element_topk_malformed() {
   CHECK_EQ(status[1], static_cast<float>(kvx::kBadIndex));
   Floats one(n);
   CHECK_EQ(kvx::element_topk_decode(good.data(), good.size(), n, one.data()), kvx::kOk);
+  CHECK(std::all_of(sum.begin(), sum.end(), [](float x) { return std::isnan(x); }));
+  CHECK_EQ(kvx::decode_slots(slots.data(), 1, good.size(), sum.data(), n, status.data()),
+           kvx::kOk);
   CHECK(same_bits(sum, one));
 }
 

@@ -25,8 +25,9 @@ import logging
 import numpy as np
 from mxnet.optimizer import Optimizer
 
-from ..aggregate import decode_slots, parse_reply_row, reencode
-from ..errors import PayloadError
+from ..aggregate import parse_reply_row, reencode
+from ..errors import VOID, PayloadError, status_message
+from ..wire import FP32
 
 log = logging.getLogger('kvstore_ext.server')
 
@@ -38,7 +39,8 @@ class ServerAggregator(Optimizer):
         super().__init__()
         self.num_workers = int(num_workers)
         self._row_ids = {}
-        self._replies = {}       # key -> (reply request, server residual or None)
+        self._replies = {}       # key -> (reply request, server residual or None, rows)
+        self._statuses = {}      # key -> statuses of its last round, read at the next
 
     def create_state(self, index, weight):
         return None
@@ -47,54 +49,108 @@ class ServerAggregator(Optimizer):
         if weight.stype != 'row_sparse':
             grad.copyto(weight)
             return
-        from mxnet import ndarray
         rows, width = weight.shape
-        reply_row = None
         try:
-            reply_row, request, residual = self._reply(index, weight)
-            total, voided = self._decode_slots(grad, (rows - 1) * width)
-            if voided:
-                # NaN rows: a float32 reply is the NaN sum; a compressed one decodes as
-                # void on the workers (its first word is NaN); the residual is untouched
-                log.info('key %s: worker(s) %s voided this round (non-finite gradient); '
-                         'the sum is NaN', index, voided)
-            else:
-                payload = reencode(total, residual, request)
-                if payload is not None:
-                    total = ndarray.zeros((rows - 1) * width, dtype=np.float32)
-                    total[:payload.size] = payload
+            buffer = self._gather(index, weight, grad)
         except Exception as err:  # noqa: BLE001  a server must outlive any payload
+            # (MXNet ignores an exception in an updater and would leave the key's old
+            # value for the workers to pull: NaN tells them the round failed)
             log.error('key %s: payload rejected, result set to NaN: %s', index, err)
-            total = ndarray.full((rows - 1) * width, np.nan, dtype=np.float32)
-        if reply_row is None:
-            reply_row = ndarray.full((width,), np.nan, dtype=np.float32)
-        self._store(weight, ndarray.concat(total.reshape((rows - 1, width)),
-                                           reply_row.reshape((1, width)), dim=0))
+            buffer = self._nan_rows(rows, width)
+        self._store(weight, buffer)
+
+    def _gather(self, index, weight, grad):
+        """The key's rows for this round: the decoded sum (or its re-encoding) and the
+        reply row."""
+        self._report(index)
+        rows, width = weight.shape
+        capacity = (rows - 1) * width
+        request, residual, buffer = self._reply(index, weight)
+        total = buffer.reshape((-1,))[:capacity]
+        status = self._decode_slots(grad, capacity, total)
+        if request[0] == FP32:
+            # the float32 sum is the reply: nothing here waits for the decode (the
+            # statuses are read at the key's next round), so the server goes on to the
+            # next key's pushes while the engine decodes
+            self._statuses[index] = status
+        else:
+            self._reencode(index, status, total, residual, request)
+        return buffer
+
+    def _report(self, index):
+        """Log the statuses of the key's previous round (decoded by now): a malformed
+        payload (its sum was NaN, C++ decode_slots) or a void one (a worker's NaN)."""
+        status = self._statuses.pop(index, None)
+        if status is None:
+            return
+        codes = status.asnumpy()
+        if codes.any():
+            self._log_statuses(index, codes, 'the previous round')
+
+    @staticmethod
+    def _log_statuses(index, codes, which):
+        voided = [w for w, code in enumerate(codes) if code == VOID]
+        if voided:
+            log.info('key %s: worker(s) %s voided %s (non-finite gradient); its sum was '
+                     'NaN', index, voided, which)
+        for worker, code in enumerate(codes):
+            if code and code != VOID:
+                log.error('key %s: payload of worker %d rejected in %s, its sum was NaN: '
+                          '%s', index, worker, which, status_message(int(code)))
+
+    def _reencode(self, index, status, total, residual, request):
+        """A compressed reply: the sum re-encoded with the server's residual (this
+        waits for the decode). A void or malformed round leaves NaN rows, which the
+        workers decode as void, and the residual as it was."""
+        codes = status.asnumpy()
+        if codes.any():
+            self._log_statuses(index, codes, 'this round')
+            return
+        payload = reencode(total, residual, request)
+        total[:] = 0
+        total[:payload.size] = payload
 
     update_multi_precision = update
 
     def _reply(self, index, weight):
-        """(reply row, request, residual) of a key, read from its last row once."""
+        """(request, residual, buffer) of a key, read from its last row once. The
+        buffer holds the key's rows as the workers pull them: the sum (or its
+        re-encoding) in the first rows, decoded into in place, and the reply row last,
+        written once."""
         known = self._replies.get(index)
         if known is None:
             from mxnet import ndarray
-            row = weight.data[weight.shape[0] - 1].copy()
+            rows, width = weight.shape
+            row = weight.data[rows - 1].copy()
             request = parse_reply_row(row.asnumpy())
             residual = ndarray.zeros((request[1],), dtype=np.float32) \
-                if request[0] != 1 else None
-            known = self._replies[index] = (row, request, residual)
+                if request[0] != FP32 else None
+            buffer = ndarray.zeros((rows, width), dtype=np.float32)
+            buffer[rows - 1] = row
+            known = self._replies[index] = (request, residual, buffer)
         return known
 
-    def _decode_slots(self, grad, capacity):
-        """The sum of the payloads in ``grad``'s worker slots (``capacity`` floats): one
-        C++ op decodes every slot (kernels.h: decode_slots) and reports per worker."""
-        rows = grad.indices.asnumpy()
-        if rows.size == 0 or rows.size % self.num_workers or \
-                not np.array_equal(rows, np.arange(rows.size)):
-            raise PayloadError('expected %d equal worker slots, got rows %s'
-                               % (self.num_workers, rows[:8]))
+    def _decode_slots(self, grad, capacity, out):
+        """Decode and sum the payloads in ``grad``'s worker slots into ``out``
+        (``capacity`` floats) with one C++ op (kernels.h: decode_slots, which leaves
+        NaN in ``out`` if a slot is void or malformed); returns the per-worker
+        statuses, unread. A push of the wrong number of rows (ps-lite merged the
+        workers' slots into fewer or more) is refused here: its shape is known without
+        waiting."""
+        merged = grad.indices.shape[0]
+        if merged == 0 or merged % self.num_workers:
+            raise PayloadError('expected %d equal worker slots, got %d rows'
+                               % (self.num_workers, merged))
+        from mxnet import ndarray
+        from ..ops import op
         slots = grad.data.reshape((self.num_workers, -1))
-        return decode_slots(slots, capacity)
+        status = ndarray.empty((self.num_workers,), dtype=np.float32)
+        op('kvx_decode_slots')(slots, size=capacity, out=[out, status])
+        return status
+
+    def _nan_rows(self, rows, width):
+        from mxnet import ndarray
+        return ndarray.full((rows, width), np.nan, dtype=np.float32)
 
     def _store(self, weight, total):
         """Replace the row_sparse ``weight`` by ``total`` with every row present (the

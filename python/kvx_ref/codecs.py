@@ -491,8 +491,8 @@ _DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: terna
 def decode_slots(slots, capacity):
     """What a server does with one key: decode each worker's slot (a payload, then
     padding), which must agree on codec and element count, and sum in float32 in worker
-    order. A slot whose first word is NaN is VOID (its worker's gradient was non-finite)
-    and makes the whole sum NaN. Returns (sum of ``capacity`` elements, per-worker
+    order. A slot whose first word is NaN is VOID (its worker's gradient was
+    non-finite); a void or malformed slot makes the whole sum NaN. Returns (sum of ``capacity`` elements, per-worker
     statuses)."""
     total = np.zeros(capacity, f32)
     statuses, first = [], None
@@ -519,6 +519,6 @@ def decode_slots(slots, capacity):
             statuses.append(status)
             if status == OK:
                 total[:n] += decoded
-    if wire.VOID in statuses:
+    if any(statuses):
         total[:] = np.nan
     return total, statuses
