@@ -14,6 +14,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'python'))
+sys.path.insert(0, os.path.join(REPO, 'tests', 'dist_jobs'))
+from job_util import pids_with  # noqa: E402
 
 TAG_VAR = 'KVSTORE_EXT_LAUNCH_TEST_TAG'   # KVSTORE_EXT_* is forwarded over ssh too
 SETTLE = 3.0                              # PDEATHSIG / ssh watchdogs act asynchronously
@@ -21,19 +23,7 @@ SETTLE = 3.0                              # PDEATHSIG / ssh watchdogs act asynch
 
 def tagged_nodes(tag):
     """pids of live processes whose environment has DMLC_ROLE and our tag."""
-    want = ('%s=%s' % (TAG_VAR, tag)).encode()
-    pids = []
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open('/proc/%s/environ' % entry, 'rb') as f:
-                env = f.read().split(b'\0')
-        except OSError:
-            continue
-        if want in env and any(v.startswith(b'DMLC_ROLE=') for v in env):
-            pids.append(int(entry))
-    return pids
+    return pids_with(('%s=%s' % (TAG_VAR, tag)).encode(), b'DMLC_ROLE=')
 
 
 def wait_no_nodes(tag, seconds):

@@ -19,6 +19,8 @@ import signal
 
 import numpy as np
 
+from job_util import job_pids, one_process_store
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -37,7 +39,7 @@ def main():
     shape = (40, 25)
     alone = None
     if args.mode == 'nonfinite' and args.aggregation == 'server' and args.pull == 'float32':
-        alone = [one_process_store(params) for _ in range(kv.num_workers)]
+        alone = [one_process_store('dist_sync_hylo', params) for _ in range(kv.num_workers)]
     for step in range(5 if args.mode == 'nonfinite' else 4):
         if args.mode == 'nonfinite':
             expect = None
@@ -80,7 +82,7 @@ def main():
                 assert np.isfinite(out).all() and abs(out.sum()) > 0, out
         print('step %d ok' % step, flush=True)
         if args.mode == 'kill-server' and kv.rank == 0 and step == 1:
-            for pid in servers_of_this_job():
+            for pid in job_pids('server'):
                 print('killing server pid %d' % pid, flush=True)
                 os.kill(pid, signal.SIGKILL)
 
@@ -92,37 +94,6 @@ def gradient(rank, step, shape):
     if rank == 0 and step == 2:
         grad[3, 3] = np.nan
     return mx.nd.array(grad)
-
-
-def one_process_store(params):
-    """A dist_sync_hylo store of one worker (no launcher variables): its pushpull
-    returns the decoded payload of that worker alone."""
-    import mxnet as mx
-    role = os.environ.pop('DMLC_ROLE')
-    try:
-        store = mx.kv.create('dist_sync_hylo')
-    finally:
-        os.environ['DMLC_ROLE'] = role
-    store.set_gradient_compression(params)
-    return store
-
-
-def servers_of_this_job():
-    """Pids of the processes whose environment says DMLC_ROLE=server with our root port."""
-    port = os.environ['DMLC_PS_ROOT_PORT'].encode()
-    found = []
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open('/proc/%s/environ' % entry, 'rb') as f:
-                env = dict(item.split(b'=', 1) for item in f.read().split(b'\0') if b'=' in item)
-        except OSError:
-            continue
-        if env.get(b'DMLC_ROLE') == b'server' and env.get(b'DMLC_PS_ROOT_PORT') == port:
-            found.append(int(entry))
-    assert found, 'no server of this job found'
-    return found
 
 
 if __name__ == '__main__':

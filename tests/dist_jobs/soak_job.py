@@ -17,6 +17,8 @@ import os
 
 import numpy as np
 
+from job_util import job_pids, one_process_store
+
 SHAPES = {'conv': (32, 16, 3, 3), 'fc': (128, 300), 'bias': (128,), 'wide': (20000,)}
 PARAMS = {'size_threshold': 1000, 'chunk_size': 8192}
 
@@ -26,39 +28,12 @@ def gradient(rank, step, key):
     return (rng.standard_normal(SHAPES[key]) * 0.01).astype(np.float32)
 
 
-def one_process_store():
-    import mxnet as mx
-    role = os.environ.pop('DMLC_ROLE')
-    try:
-        store = mx.kv.create('dist_sync_hylo')
-    finally:
-        os.environ['DMLC_ROLE'] = role
-    store.set_gradient_compression(PARAMS)
-    return store
-
-
 def rss_kb(pid):
     with open('/proc/%d/status' % pid) as f:
         for line in f:
             if line.startswith('VmRSS:'):
                 return int(line.split()[1])
     return 0
-
-
-def server_pids():
-    mark = b'DMLC_PS_ROOT_PORT=' + os.environ['DMLC_PS_ROOT_PORT'].encode()
-    pids = []
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open('/proc/%s/environ' % entry, 'rb') as f:
-                env = f.read().split(b'\0')
-        except OSError:
-            continue
-        if mark in env and b'DMLC_ROLE=server' in env:
-            pids.append(int(entry))
-    return pids
 
 
 def main():
@@ -71,11 +46,11 @@ def main():
     kv = mx.kv.create('dist_sync_hylo')
     kv.set_gradient_compression(PARAMS)
     checking = kv.rank == 0
-    replay = [one_process_store() for _ in range(kv.num_workers)] if checking else []
+    replay = [one_process_store('dist_sync_hylo', PARAMS) for _ in range(kv.num_workers)] if checking else []
     worst, warm = 0.0, None
     for step in range(args.steps):
         if checking and step == args.warm:
-            warm = {pid: rss_kb(pid) for pid in server_pids() + [os.getpid()]}
+            warm = {pid: rss_kb(pid) for pid in job_pids('server') + [os.getpid()]}
         for key in SHAPES:
             value = mx.nd.array(gradient(kv.rank, step, key))
             kv.pushpull(key, value)
