@@ -317,7 +317,7 @@ class CompressedKVStore(KVStoreBase):
             traffic[1] += pulled
             return results
 
-        steps = [c.codec.step(c.view(grad), cs, self.num_workers)
+        steps = [c.codec.step(c.view(grad), cs, self.num_workers, self.rank)
                  for c, cs in zip(state.chunks, state.chunk_states)]
         parts = drive(steps, exchange)
         summed = chunking.assemble(state.chunks, parts, grad.shape, target)
