@@ -10,9 +10,10 @@
 // digits in base b = num_workers * (q - 1) + 1, D a word with b^D <= 2^24, so the sum of
 // num_workers payloads, in any order, is an integer below 2^24 in every partial sum.
 //
-// Randomness is counter-based (SplitMix64's finaliser), a pure function of (seed, step,
-// who): who = 0 gives the Hadamard signs every worker shares, who = rank + 1 a worker's
-// own dither.  Nothing random is kept between calls.
+// Randomness is counter-based, a pure function of (seed, step, who): SplitMix64's
+// finaliser makes the stream keys; who = 0 gives the Hadamard signs every worker shares
+// (one 64-bit hash per 64 positions), who = rank + 1 a worker's own dither (a 32-bit hash
+// per position).  Nothing random is kept between calls.
 #ifndef KVX_CODECS_THC_H_
 #define KVX_CODECS_THC_H_
 
@@ -23,6 +24,7 @@ namespace kvx {
 constexpr int64_t kThcMinBlock = 256;
 constexpr int64_t kThcMaxBlock = int64_t{1} << 24;
 constexpr int64_t kThcMaxWorkers = int64_t{1} << 20;
+constexpr int64_t kThcMaxLevels = int64_t{1} << 16;  // codes are kept as uint16
 constexpr int64_t kThcMaxStep = int64_t{1} << 24;   // the step travels as a float32 count
 constexpr double kThcMaxClamp = 1.0e4;               // T: coordinates are about N(0, 1)
 
@@ -68,20 +70,22 @@ void thc_fwht(float* x, int64_t size);
 // of grad + residual is NaN or +-Inf.
 int thc_norm(const float* grad, const float* residual, int64_t n, float* norm);
 
-// z[0, d): x zero-padded to d, each block b scaled by s_b = sqrt(d) / (M sqrt(B_b))
-// (float64 product, clamped to +-2 sqrt(d / B_b), which it never reaches when
-// M >= ||x||, and rounded to float32), multiplied by the shared signs, then transformed.
+// z[0, d): x zero-padded to d, each block b multiplied in float32 by
+// s_b = float32(min(sqrt(d) / (M sqrt(B_b)), FLT_MAX)), clamped to
+// +-float32(2 sqrt(d / B_b)) (a guard: never reached when M >= ||x||), multiplied by the
+// shared signs, then transformed.
 // M = max_norm >= 0 (0: z = 0).  kBadParam if block, step or M is invalid (z zeroed if
 // the block, hence d, is valid).
 int thc_rotate(const float* x, int64_t n, float max_norm, uint64_t seed, int64_t step,
                int64_t block, float* z);
-// The inverse: out[0, n) = signs * M / (sqrt(d) sqrt(B_b)) * fwht(z) (float64 product),
-// the padding dropped.  z (d floats) is left untouched; out is zeroed on kBadParam.
+// The inverse: out[0, n) = signs * fwht(z * r_b), r_b = float32(M / (sqrt(d) sqrt(B_b)))
+// (float32 product), the padding dropped.  z (d floats) is left untouched; out is zeroed on kBadParam.
 int thc_unrotate(const float* z, int64_t n, float max_norm, uint64_t seed, int64_t step,
                  int64_t block, float* out);
 
 // Codes of z[0, d): clamp to [-T, T], p = (z + T) * float32((q - 1) / (2T)), code =
-// floor(p) + (u < frac(p)) with u worker `rank`'s 24-bit uniform; packed base
+// floor(p) + (u < frac(p)) with u worker `rank`'s 24-bit uniform (u_i = top 24 bits of
+// lowbias32(k + i), k = the 64-bit stream key folded to 32 bits); packed base
 // thc_sum_base(q, num_workers) into thc_packed_words words.  kBadParam on invalid
 // parameters, kNonFinite on a NaN in z (words untouched).
 int thc_quantize(const float* z, int64_t d, const ThcParams& p, int64_t num_workers,
@@ -95,14 +99,15 @@ int thc_dequantize(const float* words, int64_t num_words, int64_t d, const ThcPa
 
 // One worker's step: acc = grad + residual, M = max(norms[0, num_workers)), rotate,
 // quantize, pack into thc_sum_words words; the residual becomes acc minus the decoding
-// of this worker's own codes (error feedback).  kNonFinite if acc has a NaN/Inf,
+// of this worker's own codes, unrotate(level(code)) (error feedback).  kNonFinite if acc has a NaN/Inf,
 // kBadParam if a parameter, the rank, the step or a norm (NaN, < 0) is invalid: words
 // zeroed (when their count is known) and the residual untouched.
 int thc_encode(const float* grad, float* residual, int64_t n, const float* norms,
                int64_t num_workers, int64_t rank, int64_t step, const ThcParams& p,
                float* words);
-// The sum over num_workers workers of n elements from the server's sum of their words.
-// Checks everything first (as thc_dequantize, and the norms); out is zeroed on error.
+// The sum over num_workers workers of n elements from the server's sum of their words:
+// unrotate(level sums).  Checks everything first (as thc_dequantize, and the norms);
+// out is zeroed on error.
 int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float* norms,
                    int64_t num_workers, int64_t step, const ThcParams& p, float* out);
 

@@ -10,11 +10,11 @@ sum. One step of one chunk, as the C++ kernels do it (bit for bit):
    holds every worker's norm (each slot is one worker's value plus zeros: exact), and
    all use ``M = max``.
 2. ``rotate``: zero-pad x to ``padded_size`` (blocks: powers of two, see ``blocks``),
-   multiply block b by ``s_b = sqrt(d) / (M sqrt(B_b))`` (float64 product, clamped to
-   ``+-2 sqrt(d / B_b)``, a guard that only a wrong M reaches, rounded to float32), flip
-   signs (a +-1 per padded position from the shared seed and the step),
-   then the unnormalised Walsh-Hadamard transform of every block (float32 butterflies).
-   Scaling first bounds every value by ``sqrt(d / B_b)`` and every transformed value by
+   multiply block b (float32) by ``s_b = float32(min(sqrt(d) / (M sqrt(B_b)), FLT_MAX))``,
+   clamp to ``+-float32(2 sqrt(d / B_b))`` (a guard that only a wrong M reaches), flip
+   signs (a +-1 per padded position from the shared seed and the step), then the
+   unnormalised Walsh-Hadamard transform of every block (float32 butterflies). Scaling
+   first bounds every value by ``sqrt(d / B_b)`` and every transformed value by
    ``sqrt(d B_b)``, so the float32 transform never overflows; the coordinates are then
    about N(0, ||x||^2 / M^2) when x's energy is spread (at most unit variance).
 3. ``quantize``: clamp to ``[-T, T]`` and round stochastically to one of ``q`` uniform
@@ -27,19 +27,21 @@ sum. One step of one chunk, as the C++ kernels do it (bit for bit):
    float32 precision, so they would not help), and the sum is the packing of the summed
    codes.
 5. ``decode_sum``: unpack S, the sum of n codes, per coordinate; the level sum is
-   ``S * 2T/(q-1) - n T`` (float64, rounded to float32); invert the transform (the
-   transform again, times ``M / (sqrt(d) sqrt(B_b))`` in float64, then the signs) and
-   drop the padding. The worker's residual is ``x - decode(own codes, n = 1)``: what
-   its own contribution lost to the clamp and the rounding (error feedback).
+   ``L = S * 2T/(q-1) - n T`` (float64, rounded to float32); invert the transform:
+   ``signs * fwht(L * r_b)``, ``r_b = float32(M / (sqrt(d) sqrt(B_b)))`` (float32
+   products), and drop the padding. The worker's residual is ``x - decode(own codes,
+   n = 1)``: what its own contribution lost to the clamp and the rounding (error
+   feedback).
 
 Randomness is counter-based (SplitMix64's finaliser over a counter), so a step is a pure
 function of (seed, step, rank) and checkpoints need only the step count:
 
 * signs: ``key = stream(seed, step, 0)``; position i's sign is bit ``i % 64`` of
   ``mix64(key + i // 64)`` (1 = negative). The same on every worker.
-* dither: ``key = stream(seed, step, rank + 1)``; position i's u is 24 bits of
-  ``mix64(key + i // 2)`` (bits 0-23 for even i, 32-55 for odd) times 2**-24. Each
-  worker has its own stream, so rounding errors are independent across workers.
+* dither: ``key = stream(seed, step, rank + 1)``, folded to 32 bits ``k = (key ^ key >>
+  32) mod 2**32``; position i's u is the top 24 bits of ``hash32(k + i mod 2**32)``
+  (Chris Wellons' lowbias32 mixer) times 2**-24. Each worker has its own stream, so
+  rounding errors are independent across workers.
 
 ``stream(seed, step, who) = mix64(mix64(mix64(seed) ^ step) ^ who)``.
 """
@@ -52,6 +54,8 @@ f32 = np.float32
 MASK = (1 << 64) - 1
 MIN_BLOCK = 256                # a tail below this is padded to a power of two
 MAX_WORKERS = 1 << 20
+MAX_LEVELS = 1 << 16
+MAX_CLAMP = 1e4
 EXACT = 1 << 24                # float32 integers are exact below this
 FLT_MAX = float(np.finfo(f32).max)
 
@@ -86,14 +90,24 @@ def signs(seed, step, d):
     return np.where(bit == 1, f32(-1), f32(1)).astype(f32)
 
 
+def hash32(x):
+    """lowbias32 (Chris Wellons, public domain) on uint32 arrays."""
+    x = np.asarray(x, np.uint32)
+    with np.errstate(over='ignore'):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x7feb352d)
+        x = x ^ (x >> np.uint32(15))
+        x = x * np.uint32(0x846ca68b)
+    return x ^ (x >> np.uint32(16))
+
+
 def dither(seed, step, rank, d):
     """The d uniforms in [0, 1) (24 bits, exact float32) of worker ``rank``."""
-    key = stream(seed, step, rank + 1)
+    key = int(stream(seed, step, rank + 1))
+    k = (key ^ (key >> 32)) & 0xFFFFFFFF
     i = np.arange(d, dtype=np.uint64)
-    with np.errstate(over='ignore'):
-        h = mix64(key + (i >> np.uint64(1)))
-    bits = (h >> (np.uint64(32) * (i & np.uint64(1)))) & np.uint64(0xFFFFFF)
-    return (bits.astype(np.float64) * 2.0 ** -24).astype(f32)
+    h = hash32(((np.uint64(k) + i) & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+    return ((h >> np.uint32(8)).astype(np.float64) * 2.0 ** -24).astype(f32)
 
 
 # -- layout ---------------------------------------------------------------------------
@@ -135,9 +149,10 @@ def sum_words(n, block, levels, num_workers):
 
 
 def params_valid(levels, clamp, block, num_workers):
-    return (1 <= num_workers <= MAX_WORKERS and levels >= 2 and valid_block(block)
+    return (1 <= num_workers <= MAX_WORKERS and 2 <= levels <= MAX_LEVELS
+            and valid_block(block)
             and sum_base(levels, num_workers) <= EXACT
-            and np.isfinite(f32(clamp)) and f32(clamp) > 0)
+            and np.isfinite(f32(clamp)) and f32(clamp) > 0 and clamp <= MAX_CLAMP)
 
 
 # -- 1. the norm round ----------------------------------------------------------------
@@ -183,53 +198,49 @@ def fwht(x):
     return x
 
 
-def _factors(n, block, m, inverse):
-    """Per block: s_b = sqrt(d) / (M sqrt(B)) (forward) or M / (sqrt(d) sqrt(B))
-    (inverse), float64; 0 when M = 0 (then every x is 0)."""
+def scales(n, block, m):
+    """Per block: (size, s, bound, r), float32: s = sqrt(d) / (M sqrt(B)) capped at
+    float32's largest (0 when M = 0: then every x is 0), bound = 2 sqrt(d / B),
+    r = M / (sqrt(d) sqrt(B)); float64 expressions, rounded once."""
     sizes = blocks(n, block)
     d = float(sum(sizes))
     out = []
     for size in sizes:
-        if m == 0:
-            out.append(0.0)
-        elif inverse:
-            out.append(float(m) / (np.sqrt(d) * np.sqrt(float(size))))
-        else:
-            out.append(np.sqrt(d) / (float(m) * np.sqrt(float(size))))
-    return sizes, out
+        s = min(np.sqrt(d) / (float(m) * np.sqrt(float(size))), FLT_MAX) if m > 0 else 0.0
+        out.append((size, f32(s), f32(2.0 * np.sqrt(d / size)),
+                    f32(float(m) / (np.sqrt(d) * np.sqrt(float(size))))))
+    return out
 
 
 def rotate(x, m, seed, step, block):
-    """z (padded, float32): scaled, signed, Hadamard-transformed x (steps 2 of the
-    module docstring)."""
+    """z (padded, float32): scaled, clamped, signed, Hadamard-transformed x (step 2 of
+    the module docstring)."""
     x = np.asarray(x, f32).reshape(-1)
-    sizes, factors = _factors(x.size, block, m, inverse=False)
-    d = sum(sizes)
+    layout = scales(x.size, block, m)
+    d = sum(size for size, _, _, _ in layout)
     padded = np.zeros(d, f32)
     padded[:x.size] = x
     sign = signs(seed, step, d)
     z = np.empty(d, f32)
     offset = 0
-    for size, s in zip(sizes, factors):
-        part = padded[offset:offset + size].astype(np.float64) * s
-        bound = 2.0 * np.sqrt(d / size)     # never reached when M >= ||x|| (a guard)
-        scaled = np.clip(part, -bound, bound).astype(f32) * sign[offset:offset + size]
-        z[offset:offset + size] = fwht(scaled)
+    for size, s, bound, _ in layout:
+        with np.errstate(over="ignore"):      # x * s beyond float32: clamped
+            part = np.clip((padded[offset:offset + size] * s).astype(f32), -bound, bound)
+        z[offset:offset + size] = fwht(part.astype(f32) * sign[offset:offset + size])
         offset += size
     return z
 
 
 def unrotate(z, m, seed, step, block, n):
-    """Inverse of ``rotate`` (up to rounding): the first n elements."""
+    """Inverse of ``rotate`` (up to rounding and the clamp): signs * fwht(z * r), the
+    first n elements."""
     z = np.asarray(z, f32)
-    sizes, factors = _factors(n, block, m, inverse=True)
     sign = signs(seed, step, z.size)
     out = np.empty(z.size, f32)
     offset = 0
-    for size, r in zip(sizes, factors):
-        h = fwht(z[offset:offset + size])
-        out[offset:offset + size] = (h.astype(np.float64) * r).astype(f32) * \
-            sign[offset:offset + size]
+    for size, _, _, r in scales(n, block, m):
+        h = fwht((z[offset:offset + size] * r).astype(f32))
+        out[offset:offset + size] = h * sign[offset:offset + size]
         offset += size
     return out[:n]
 
