@@ -22,6 +22,7 @@
 #include "codecs/element_topk.h"
 #include "codecs/fp32.h"
 #include "codecs/ternary.h"
+#include "codecs/thc.h"
 #include "codecs/topk.h"
 #include "codecs/twobit.h"
 #include "stats.h"

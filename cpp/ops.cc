@@ -19,12 +19,25 @@
 //                                  (E = 1 word an entry, 2 above 2^23 elements)
 //   kvx_element_topk_encode(grad, residual*; k)        -> payload f32[8+k*E], status
 //                                  (E = 2 words an entry, 3 above 2^24 elements)
+//   kvx_thc_norm(grad, residual; rank, num_workers)    -> slots f32[W] (norm at rank), status
+//   kvx_thc_encode(grad, residual*, norms f32[W]; levels, clamp, seed, block, step, rank)
+//                                                      -> words f32[ceil(d/D)], status
+//   kvx_thc_decode_sum(words, norms f32[W]; levels, clamp, seed, block, step, shape)
+//                                                      -> out f32[shape], status
+//   kvx_thc_rotate(x, norms; seed, step, block)        -> z f32[d], status
+//   kvx_thc_unrotate(z, norms; seed, step, block, shape) -> out f32[shape], status
+//   kvx_thc_quantize(z; levels, clamp, seed, step, rank, num_workers)
+//                                                      -> words f32[ceil(d/D)], status
+//   kvx_thc_dequantize(words; levels, clamp, num_workers, summed, size)
+//                                                      -> values f32[size], status
+//                                  (d = padded size, D codes a word: cpp/codecs/thc.h)
 //   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
 //
 // `*` marks an input updated in place (setMutateInputs).  O = shape[0] of the tensor,
 // F = size / O.  Status values are those of cpp/wire.h, as float32.  Inputs of any rank
 // are read as flat arrays.  Decoders never fail on a malformed payload: they return zeros
 // and a non-zero status, so that a server cannot be brought down by what it receives.
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -363,6 +376,299 @@ struct ElementTopkEncode : Encoder {
   }
 };
 
+// ---- THC ------------------------------------------------------------------------------
+//
+// The scheme's four steps (kvstore_ext/codecs/thc.py) and, for the differential tests
+// and the benchmark, its pieces: the randomized Hadamard transform and its inverse,
+// quantise-and-pack, unpack-and-dequantise.  `norms` is the summed norm round (one slot
+// per worker): M = max(norms), num_workers = its length.
+
+// Attributes shared by the THC ops; each op states which it reads.
+struct ThcAttrs {
+  kvx::ThcParams p;
+  int64_t step = 0, rank = 0, num_workers = 0, summed = 0, size = 0;
+  std::vector<int64_t> shape;
+  bool levels_clamp(const Attrs& attrs, std::string* error) {
+    return get_int(attrs, "levels", 2, kvx::kExactF32, &p.levels, error) &&
+           get_real(attrs, "clamp", 0.0, true, true, 0.0, &p.clamp, error);
+  }
+  bool seed_only(const Attrs& attrs, std::string* error) {
+    int64_t seed = 0;
+    if (!get_int(attrs, "seed", 0, int64_t{1} << 53, &seed, error)) return false;
+    p.seed = static_cast<uint64_t>(seed);
+    return true;
+  }
+  bool block(const Attrs& attrs, std::string* error) {
+    return get_int(attrs, "block", kvx::kThcMinBlock, kvx::kThcMaxBlock, &p.block, error);
+  }
+  bool codec(const Attrs& attrs, std::string* error) {  // levels, clamp, seed, block
+    return levels_clamp(attrs, error) && seed_only(attrs, error) && block(attrs, error);
+  }
+  bool get_step(const Attrs& attrs, std::string* error) {
+    return get_int(attrs, "step", 0, kvx::kThcMaxStep - 1, &step, error);
+  }
+};
+
+bool thc_valid(const char* op, const kvx::ThcParams& p, int64_t num_workers) {
+  if (kvx::thc_params_valid(p, num_workers)) return true;
+  MX_ERROR_MSG << op << ": levels=" << p.levels << ", clamp=" << p.clamp << ", block="
+               << p.block << " and num_workers=" << num_workers
+               << " need a base levels-1 times num_workers plus 1 <= 2^24, a power-of-two "
+               << "block and 0 < clamp <= " << kvx::kThcMaxClamp;
+  return false;
+}
+
+// (norms): a non-empty vector, its length the worker count.
+bool thc_norms(const char* op, const Shape& norms, int64_t* num_workers) {
+  if (norms.size() != 1 || norms[0] < 1 || norms[0] > kvx::kThcMaxWorkers) {
+    MX_ERROR_MSG << op << ": norms must be a vector of one norm per worker, got "
+                 << shape_string(norms);
+    return false;
+  }
+  *num_workers = norms[0];
+  return true;
+}
+
+struct ThcNormParams : ThcAttrs {
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"rank", "num_workers"}, error) &&
+           get_int(attrs, "num_workers", 1, kvx::kThcMaxWorkers, &num_workers, error) &&
+           get_int(attrs, "rank", 0, kvx::kThcMaxWorkers - 1, &rank, error);
+  }
+};
+
+// This worker's slot of the norm round: zeros but ||grad + residual|| at `rank`.
+struct ThcNorm : OpSpec {
+  static constexpr const char* name = "kvx_thc_norm";
+  static constexpr const char* inputs[] = {"grad", "residual"};
+  static constexpr int outputs = 2;
+  using Params = ThcNormParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    if (p.rank >= p.num_workers) {
+      MX_ERROR_MSG << name << ": rank=" << p.rank << " is not below num_workers="
+                   << p.num_workers;
+      return false;
+    }
+    (*out)[0] = Shape{static_cast<unsigned int>(p.num_workers)};
+    (*out)[1] = Shape{1};
+    return residual_shape(name, in);
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    float norm = 0.0f;
+    const int status = kvx::thc_norm(f32(in[0]), f32(in[1]), in[0].size(), &norm);
+    float* slots = f32(out[0]);
+    for (int64_t w = 0; w < p.num_workers; ++w) slots[w] = 0.0f;
+    slots[p.rank] = norm;
+    set_status(out[1], status);
+  }
+};
+
+struct ThcRotateParams : ThcAttrs {
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"seed", "step", "block"}, error) && seed_only(attrs, error) &&
+           get_step(attrs, error) && block(attrs, error);
+  }
+};
+
+// z f32[d]: x padded, scaled by sqrt(d) / (M sqrt(B)), signed and transformed.
+struct ThcRotate : OpSpec {
+  static constexpr const char* name = "kvx_thc_rotate";
+  static constexpr const char* inputs[] = {"x", "norms"};
+  static constexpr int outputs = 2;
+  using Params = ThcRotateParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    int64_t workers;
+    (*out)[1] = Shape{1};
+    return nonempty(name, in[0], "x") && thc_norms(name, in[1], &workers) &&
+           flat_shape(name, kvx::thc_padded_size(product(in[0]), p.p.block), &(*out)[0]);
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    float m = 0.0f;
+    int status = kvx::kBadParam;
+    if (kvx::thc_max_norm(f32(in[1]), in[1].size(), &m))
+      status = kvx::thc_rotate(f32(in[0]), in[0].size(), m, p.p.seed, p.step, p.p.block,
+                               f32(out[0]));
+    if (status != kvx::kOk) std::fill(f32(out[0]), f32(out[0]) + out[0].size(), 0.0f);
+    set_status(out[1], status);
+  }
+};
+
+struct ThcUnrotateParams : ThcAttrs {
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"seed", "step", "block", "shape"}, error) &&
+           seed_only(attrs, error) && get_step(attrs, error) && block(attrs, error) &&
+           get_shape(attrs, "shape", &shape, error);
+  }
+};
+
+// out f32[shape]: the inverse of kvx_thc_rotate.
+struct ThcUnrotate : OpSpec {
+  static constexpr const char* name = "kvx_thc_unrotate";
+  static constexpr const char* inputs[] = {"z", "norms"};
+  static constexpr int outputs = 2;
+  using Params = ThcUnrotateParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    int64_t workers;
+    const int64_t d = kvx::thc_padded_size(product(p.shape), p.p.block);
+    if (!thc_norms(name, in[1], &workers)) return false;
+    if (product(in[0]) != d) {
+      MX_ERROR_MSG << name << ": z " << shape_string(in[0]) << " must hold " << d
+                   << " elements for shape " << shape_string(to_shape(p.shape));
+      return false;
+    }
+    (*out)[0] = to_shape(p.shape);
+    (*out)[1] = Shape{1};
+    return true;
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    float m = 0.0f;
+    int status = kvx::kBadParam;
+    if (kvx::thc_max_norm(f32(in[1]), in[1].size(), &m))
+      status = kvx::thc_unrotate(f32(in[0]), out[0].size(), m, p.p.seed, p.step, p.p.block,
+                                 f32(out[0]));
+    if (status != kvx::kOk) std::fill(f32(out[0]), f32(out[0]) + out[0].size(), 0.0f);
+    set_status(out[1], status);
+  }
+};
+
+struct ThcQuantizeParams : ThcAttrs {
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"levels", "clamp", "seed", "step", "rank", "num_workers"},
+                      error) &&
+           levels_clamp(attrs, error) && seed_only(attrs, error) && get_step(attrs, error) &&
+           get_int(attrs, "num_workers", 1, kvx::kThcMaxWorkers, &num_workers, error) &&
+           get_int(attrs, "rank", 0, kvx::kThcMaxWorkers - 1, &rank, error);
+  }
+};
+
+// words: the codes of z (clamped, stochastically rounded) packed for num_workers.
+struct ThcQuantize : OpSpec {
+  static constexpr const char* name = "kvx_thc_quantize";
+  static constexpr const char* inputs[] = {"z"};
+  static constexpr int outputs = 2;
+  using Params = ThcQuantizeParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    if (!thc_valid(name, p.p, p.num_workers)) return false;
+    if (p.rank >= p.num_workers) {
+      MX_ERROR_MSG << name << ": rank=" << p.rank << " is not below num_workers="
+                   << p.num_workers;
+      return false;
+    }
+    (*out)[1] = Shape{1};
+    return nonempty(name, in[0], "z") &&
+           flat_shape(name, kvx::thc_packed_words(product(in[0]), p.p.levels, p.num_workers),
+                      &(*out)[0]);
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::thc_quantize(f32(in[0]), in[0].size(), p.p, p.num_workers, p.rank,
+                                         p.step, f32(out[0])));
+  }
+};
+
+struct ThcDequantizeParams : ThcAttrs {
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"levels", "clamp", "num_workers", "summed", "size"}, error) &&
+           levels_clamp(attrs, error) &&
+           get_int(attrs, "num_workers", 1, kvx::kThcMaxWorkers, &num_workers, error) &&
+           get_int(attrs, "summed", 1, kvx::kThcMaxWorkers, &summed, error) &&
+           get_int(attrs, "size", 1, std::numeric_limits<unsigned int>::max(), &size, error);
+  }
+};
+
+// values f32[size]: the level sums of `summed` workers' codes in words packed for
+// num_workers.  A word that is not an integer in [0, base^D) gives zeros and kBadWord.
+struct ThcDequantize : OpSpec {
+  static constexpr const char* name = "kvx_thc_dequantize";
+  static constexpr const char* inputs[] = {"words"};
+  static constexpr int outputs = 2;
+  using Params = ThcDequantizeParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    if (!thc_valid(name, p.p, p.num_workers)) return false;
+    const int64_t expected = kvx::thc_packed_words(p.size, p.p.levels, p.num_workers);
+    if (product(in[0]) != expected) {
+      MX_ERROR_MSG << name << ": words " << shape_string(in[0]) << " must hold " << expected
+                   << " elements for size=" << p.size << ", levels=" << p.p.levels
+                   << " and num_workers=" << p.num_workers;
+      return false;
+    }
+    (*out)[0] = Shape{static_cast<unsigned int>(p.size)};
+    (*out)[1] = Shape{1};
+    return true;
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::thc_dequantize(f32(in[0]), in[0].size(), p.size, p.p,
+                                           p.num_workers, p.summed, f32(out[0])));
+  }
+};
+
+struct ThcEncodeParams : ThcAttrs {
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"levels", "clamp", "seed", "block", "step", "rank"}, error) &&
+           codec(attrs, error) && get_step(attrs, error) &&
+           get_int(attrs, "rank", 0, kvx::kThcMaxWorkers - 1, &rank, error);
+  }
+};
+
+// One worker's payload; the residual becomes acc minus its own contribution's decoding.
+struct ThcEncode : OpSpec {
+  static constexpr const char* name = "kvx_thc_encode";
+  static constexpr const char* inputs[] = {"grad", "residual", "norms"};
+  static constexpr int outputs = 2;
+  static constexpr bool updates_second = true;
+  using Params = ThcEncodeParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    int64_t workers;
+    if (!residual_shape(name, in) || !thc_norms(name, in[2], &workers) ||
+        !thc_valid(name, p.p, workers))
+      return false;
+    if (p.rank >= workers) {
+      MX_ERROR_MSG << name << ": rank=" << p.rank << " for " << workers << " norms";
+      return false;
+    }
+    (*out)[1] = Shape{1};
+    return flat_shape(name, kvx::thc_sum_words(product(in[0]), p.p, workers), &(*out)[0]);
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::thc_encode(f32(in[0]), f32(in[1]), in[0].size(), f32(in[2]),
+                                       in[2].size(), p.rank, p.step, p.p, f32(out[0])));
+  }
+};
+
+struct ThcDecodeParams : ThcAttrs {
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"levels", "clamp", "seed", "block", "step", "shape"}, error) &&
+           codec(attrs, error) && get_step(attrs, error) &&
+           get_shape(attrs, "shape", &shape, error);
+  }
+};
+
+// The sum over workers from the server's sum of their words; a malformed sum gives
+// zeros and a status.
+struct ThcDecodeSum : OpSpec {
+  static constexpr const char* name = "kvx_thc_decode_sum";
+  static constexpr const char* inputs[] = {"words", "norms"};
+  static constexpr int outputs = 2;
+  using Params = ThcDecodeParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    int64_t workers;
+    if (!thc_norms(name, in[1], &workers) || !thc_valid(name, p.p, workers)) return false;
+    const int64_t expected = kvx::thc_sum_words(product(p.shape), p.p, workers);
+    if (product(in[0]) != expected) {
+      MX_ERROR_MSG << name << ": words " << shape_string(in[0]) << " must hold " << expected
+                   << " elements for shape " << shape_string(to_shape(p.shape)) << " and "
+                   << workers << " workers";
+      return false;
+    }
+    (*out)[0] = to_shape(p.shape);
+    (*out)[1] = Shape{1};
+    return true;
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::thc_decode_sum(f32(in[0]), in[0].size(), out[0].size(), f32(in[1]),
+                                           in[1].size(), p.step, p.p, f32(out[0])));
+  }
+};
+
 // ---- server-decode aggregation ----------------------------------------------------------
 
 struct DecodeSlotsParams {
@@ -410,6 +716,13 @@ KVX_REGISTER_OP(TernaryEncodeSum);
 KVX_REGISTER_OP(TernaryDecodeSum);
 KVX_REGISTER_OP(AdacompEncode);
 KVX_REGISTER_OP(ElementTopkEncode);
+KVX_REGISTER_OP(ThcNorm);
+KVX_REGISTER_OP(ThcRotate);
+KVX_REGISTER_OP(ThcUnrotate);
+KVX_REGISTER_OP(ThcQuantize);
+KVX_REGISTER_OP(ThcDequantize);
+KVX_REGISTER_OP(ThcEncode);
+KVX_REGISTER_OP(ThcDecodeSum);
 KVX_REGISTER_OP(DecodeSlots);
 
 // lib_api v11 ships with MXNet 1.7+; MXNet passes its version as 10000*major + 100*minor.

@@ -321,7 +321,7 @@ class CompressedKVStore(KVStoreBase):
         try:
             if self._encodes_before_first_round(state, step):
                 self._check_finite(state.key, grad)
-            steps = [c.codec.step(c.view(grad), cs, self.num_workers)
+            steps = [c.codec.step(c.view(grad), cs, self.num_workers, self.rank)
                      for c, cs in zip(state.chunks, state.chunk_states)]
             parts = drive(steps, exchange)
         except NonFiniteGradientError:
@@ -359,7 +359,8 @@ class CompressedKVStore(KVStoreBase):
                     state.key, self.rank)
         scratch = [cs.scratch() for cs in state.chunk_states]
         steps = [c.codec.step(ndarray.zeros(c.codec.shape, dtype=np.float32), s,
-                              self.num_workers) for c, s in zip(state.chunks, scratch)]
+                              self.num_workers, self.rank)
+                 for c, s in zip(state.chunks, scratch)]
         drive(steps, lambda requests: exchange([(i, void(r)) for i, r in requests]))
         for cs, s in zip(state.chunk_states, scratch):
             cs.adopt_shared(s)

@@ -33,6 +33,13 @@ int main(int argc, char** argv) {
   kvx::ternary_encode(grad.data(), residual.data(), n, 1.0, 0.0, ternary.data());
   kvx::ternary_encode_sum(grad.data(), residual.data(), n, 0.05, 4, sum_words.data());
   kvx::topk_encode(grad.data(), residual.data(), filters, filter_size, k, topk.data());
+  // THC, 4 workers: every worker's norm equal to this one's (M = ||acc||)
+  kvx::ThcParams thc;
+  std::vector<float> thc_words(kvx::thc_sum_words(n, thc, 4));
+  float thc_norm = 0.0f;
+  kvx::thc_norm(grad.data(), residual.data(), n, &thc_norm);
+  const float thc_norms[4] = {thc_norm, thc_norm, thc_norm, thc_norm};
+  kvx::thc_encode(grad.data(), residual.data(), n, thc_norms, 4, 0, 0, thc, thc_words.data());
 
   struct Case { const char* name; int64_t elements; std::function<void()> run; };
   const std::vector<Case> cases = {
@@ -56,6 +63,14 @@ int main(int argc, char** argv) {
        kvx::twobit_encode(grad.data(), residual.data(), n, 0.05, twobit.data()); }},
     {"twobit_decode", n, [&] { kvx::twobit_decode(twobit.data(), n, 0.05, out.data()); }},
     {"fp32_encode", n, [&] { kvx::fp32_encode(grad.data(), n, fp32.data()); }},
+    {"thc_norm", n, [&] {
+       kvx::thc_norm(grad.data(), residual.data(), n, &thc_norm); }},
+    {"thc_encode q=16 4 workers", n, [&] {
+       kvx::thc_encode(grad.data(), residual.data(), n, thc_norms, 4, 0, 1, thc,
+                       thc_words.data()); }},
+    {"thc_decode_sum q=16 4 workers", n, [&] {
+       kvx::thc_decode_sum(thc_words.data(), thc_words.size(), n, thc_norms, 4, 1, thc,
+                           out.data()); }},
   };
   std::vector<double> best(cases.size(), 1e300);
   for (int r = 0; r < rounds; ++r) {

@@ -44,7 +44,7 @@ class AdaCompCodec(GatherCodec):
         check_encoded(status)
         return payload
 
-    def step(self, grad, state, num_workers):
+    def step(self, grad, state, num_workers, rank):
         payload = self.encode(grad, state.residual)
         # elements sent (header word 6), a view read only by whoever inspects it:
         # bench/adacomp_layers.py's per-layer rates

@@ -58,7 +58,7 @@ class AgreedCodec(Codec):
     def state_shapes(self):
         return {'agreed': (self.agreement_words,)} if self.carries else {}
 
-    def step(self, grad, state, num_workers):
+    def step(self, grad, state, num_workers, rank):
         residual = state.residual
         # 1. the agreed statistic
         agreed = state.get('agreed')

@@ -49,9 +49,11 @@ class Codec:
         the residual), saved with checkpoints. A name is absent until the step sets it."""
         return {}
 
-    def step(self, grad, state, num_workers):
+    def step(self, grad, state, num_workers, rank):
         """Generator: yields rounds (rounds.py), receives their results, returns the
-        float32 sum over workers. ``state`` is the chunk's memory.ChunkState."""
+        float32 sum over workers. ``state`` is the chunk's memory.ChunkState;
+        ``rank`` is this worker's rank in ``[0, num_workers)``, for codecs whose
+        round arrays have a slot per worker (THC's norm round); most ignore it."""
         raise NotImplementedError
 
     def wire_words(self, num_workers):
@@ -101,7 +103,7 @@ class GatherCodec(Codec):
         from ..aggregate import decode_sum
         return decode_sum([payload], self.shape)
 
-    def step(self, grad, state, num_workers):
+    def step(self, grad, state, num_workers, rank):
         payload = self.encode(grad, state.residual)
         if self.compressed_reply:
             total = yield Gather('payload', payload, self.size, self.reply_request(),

@@ -34,7 +34,7 @@ class Float16Codec(Codec):
     def chunk(self, start, stop):
         return Float16Codec((stop - start,))
 
-    def step(self, grad, state, num_workers):
+    def step(self, grad, state, num_workers, rank):
         residual = state.residual
         acc = grad + residual
         if int(op('kvx_finite_check')(acc.reshape((-1,))).asscalar()):

@@ -25,7 +25,7 @@ class FP32Codec(Codec):
 
     decode = GatherCodec.decode
 
-    def step(self, grad, state, num_workers):
+    def step(self, grad, state, num_workers, rank):
         """The gradient itself; no residual is at stake, so NaN is not checked (as in
         MXNet's dist_sync)."""
         total = yield Sum('payload', grad)

@@ -1,0 +1,614 @@
+// THC kernels; see thc.h and the spec python/kvx_ref/thc.py.
+//
+// Speed: a chunk is processed one Hadamard block at a time (at most `block` floats,
+// 256 KiB by default, so a block's passes run in L2): the encoder reads grad and
+// residual, scales, clamps and flips signs in one pass, transforms (three butterfly
+// levels fused, then two at a time), quantises with a 32-bit counter hash (vectorises,
+// unlike a 64-bit one on AVX2), then decodes its own codes through a per-block table of
+// level * r and transforms back, updating the residual in the last pass.  Only the codes
+// (uint16) of the whole chunk are kept, for the final packing (words may straddle
+// blocks).
+#include "codecs/thc.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernel_util.h"
+#include "stats.h"
+#include "wire.h"
+
+namespace kvx {
+
+namespace {
+
+bool block_valid(int64_t block) {
+  return block >= kThcMinBlock && block <= kThcMaxBlock && (block & (block - 1)) == 0;
+}
+
+// The size of the next Hadamard block when `rest` elements are left (thc.h).
+int64_t next_block(int64_t rest, int64_t block) {
+  if (rest >= block) return block;
+  if (rest >= kThcMinBlock)
+    return int64_t{1} << (63 - __builtin_clzll(static_cast<uint64_t>(rest)));
+  int64_t size = 1;
+  while (size < rest) size *= 2;
+  return size;
+}
+
+// The Hadamard layout of a chunk: block sizes and the padded size d.  Every block but
+// a tail below kThcMinBlock is a multiple of 256 elements, so every block starts at a
+// multiple of 64 (apply_signs relies on it).
+struct Layout {
+  std::vector<int64_t> sizes;
+  int64_t d = 0;
+  bool valid = false;
+  Layout(int64_t n, int64_t block) {
+    if (n < 0 || !block_valid(block)) return;
+    valid = true;
+    for (int64_t rest = n; rest > 0;) {
+      sizes.push_back(next_block(rest, block));
+      d += sizes.back();
+      rest -= std::min(sizes.back(), rest);
+    }
+  }
+};
+
+// Per block: the forward scale s = float32(min(sqrt(d) / (M sqrt(B)), FLT_MAX)) (0 if
+// M = 0), the guard bound = float32(2 sqrt(d / B)), and the inverse scale
+// r = float32(M / (sqrt(d) sqrt(B))).  The float64 expressions are the spec's.
+struct Scales {
+  float s = 0.0f, bound = 0.0f, r = 0.0f;
+  Scales(int64_t d, int64_t size, float max_norm) {
+    const double dd = static_cast<double>(d), bs = static_cast<double>(size);
+    const double m = static_cast<double>(max_norm);
+    if (max_norm > 0.0f)
+      s = static_cast<float>(std::min(std::sqrt(dd) / (m * std::sqrt(bs)),
+                                      static_cast<double>(FLT_MAX)));
+    bound = static_cast<float>(2.0 * std::sqrt(dd / bs));
+    r = static_cast<float>(m / (std::sqrt(dd) * std::sqrt(bs)));
+  }
+};
+
+// Bit j of a byte as the sign-bit masks of 8 floats: sign flips 8 at a time.
+struct SignTable {
+  uint32_t masks[256][8];
+  SignTable() {
+    for (int b = 0; b < 256; ++b)
+      for (int j = 0; j < 8; ++j) masks[b][j] = static_cast<uint32_t>((b >> j) & 1) << 31;
+  }
+};
+const SignTable& sign_table() {
+  static const SignTable table;
+  return table;
+}
+
+// Flips the sign of x[i] where the shared sign of padded position first + i is
+// negative: bit (first + i) % 64 of mix64(key + (first + i) / 64).  `first` is a
+// multiple of 64 (Layout), so each group of 64 takes one hash.
+KVX_HOT void apply_signs(float* x, int64_t size, uint64_t key, int64_t first) {
+  const SignTable& table = sign_table();
+  const int64_t full = size - size % 64;
+  for (int64_t i0 = 0; i0 < full; i0 += 64) {
+    const uint64_t h = thc_mix64(key + static_cast<uint64_t>((first + i0) >> 6));
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t* mask = table.masks[(h >> (8 * k)) & 255];
+      uint32_t bits[8];
+      std::memcpy(bits, x + i0 + 8 * k, sizeof bits);
+      for (int j = 0; j < 8; ++j) bits[j] ^= mask[j];
+      std::memcpy(x + i0 + 8 * k, bits, sizeof bits);
+    }
+  }
+  if (full < size) {  // a tail block below 64 elements
+    const uint64_t h = thc_mix64(key + static_cast<uint64_t>((first + full) >> 6));
+    for (int64_t j = 0; j < size - full; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, x + full + j, sizeof bits);
+      bits ^= static_cast<uint32_t>((h >> j) & 1u) << 31;
+      std::memcpy(x + full + j, &bits, sizeof bits);
+    }
+  }
+}
+
+// out[i] = clamp(float32(acc[i] * s), -bound, bound) for i < m (acc = grad + residual,
+// or x when residual is null), 0 up to size.
+KVX_HOT void load_scaled(const float* grad, const float* residual, int64_t m, int64_t size,
+                         float s, float bound, float* out) {
+  if (residual != nullptr) {
+    for (int64_t i = 0; i < m; ++i)
+      out[i] = std::min(std::max((grad[i] + residual[i]) * s, -bound), bound);
+  } else {
+    for (int64_t i = 0; i < m; ++i) out[i] = std::min(std::max(grad[i] * s, -bound), bound);
+  }
+  for (int64_t i = m; i < size; ++i) out[i] = 0.0f;
+}
+
+// ---- the Walsh-Hadamard butterflies -------------------------------------------------
+//
+// Every schedule below computes the same butterflies (a + b, a - b) on the same pairs in
+// the same level order, so results are those of the plain level-by-level loop.
+
+// One level of stride h.
+KVX_HOT void fwht_radix2(float* x, int64_t size, int64_t h) {
+  for (int64_t i = 0; i < size; i += 2 * h) {
+    float* a = x + i;
+    float* b = x + i + h;
+    for (int64_t j = 0; j < h; ++j) {
+      const float u = a[j], v = b[j];
+      a[j] = u + v;
+      b[j] = u - v;
+    }
+  }
+}
+
+// Levels h and 2h in one pass over memory.
+KVX_HOT void fwht_radix4(float* x, int64_t size, int64_t h) {
+  for (int64_t i = 0; i < size; i += 4 * h) {
+    float* p0 = x + i;
+    float* p1 = p0 + h;
+    float* p2 = p1 + h;
+    float* p3 = p2 + h;
+    for (int64_t j = 0; j < h; ++j) {
+      const float s0 = p0[j] + p1[j], d0 = p0[j] - p1[j];
+      const float s1 = p2[j] + p3[j], d1 = p2[j] - p3[j];
+      p0[j] = s0 + s1;
+      p2[j] = s0 - s1;
+      p1[j] = d0 + d1;
+      p3[j] = d0 - d1;
+    }
+  }
+}
+
+// Levels 1, 2 and 4 on each group of 8 floats.
+KVX_HOT void fwht_first3(float* x, int64_t size) {
+  for (int64_t i = 0; i < size; i += 8) {
+    float* y = x + i;
+    const float a0 = y[0] + y[1], a1 = y[0] - y[1], a2 = y[2] + y[3], a3 = y[2] - y[3];
+    const float a4 = y[4] + y[5], a5 = y[4] - y[5], a6 = y[6] + y[7], a7 = y[6] - y[7];
+    const float b0 = a0 + a2, b2 = a0 - a2, b1 = a1 + a3, b3 = a1 - a3;
+    const float b4 = a4 + a6, b6 = a4 - a6, b5 = a5 + a7, b7 = a5 - a7;
+    y[0] = b0 + b4; y[4] = b0 - b4; y[1] = b1 + b5; y[5] = b1 - b5;
+    y[2] = b2 + b6; y[6] = b2 - b6; y[3] = b3 + b7; y[7] = b3 - b7;
+  }
+}
+
+// ---- dither, quantiser, packing ---------------------------------------------------------
+
+// A 32-bit counter hash (Chris Wellons' "lowbias32" mixer, public domain): 24 bits of
+// hash32(k + i) are the dither of position i.  Two 32-bit multiplies: 8 lanes on AVX2.
+KVX_INLINE uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+// The 32-bit dither key of stream `key`.
+uint32_t dither_key(uint64_t key) { return static_cast<uint32_t>(key ^ (key >> 32)); }
+
+// codes[i] of z[i], padded position first + i: clamp to [-t, t], p = (z + t) * inv
+// capped at top = q - 1, code = floor(p) + (u < p - floor(p)).
+KVX_HOT void quantize_block(const float* z, int64_t size, float t, float inv, float top,
+                            uint32_t key, uint32_t first, uint16_t* codes) {
+  for (int64_t i = 0; i < size; ++i) {
+    const uint32_t h = hash32(key + first + static_cast<uint32_t>(i));
+    const float u = static_cast<float>(static_cast<int32_t>(h >> 8)) * 0x1p-24f;
+    const float zc = std::min(std::max(z[i], -t), t);
+    const float p = std::min((zc + t) * inv, top);
+    const float lo = std::floor(p);
+    codes[i] = static_cast<uint16_t>(static_cast<int32_t>(lo) + static_cast<int32_t>(u < p - lo));
+  }
+}
+
+// words[w] = sum_j codes[w*D + j] * base^j (padding digits 0); D known at compile time.
+template <int kDigits>
+KVX_HOT void pack_words(const uint16_t* codes, int64_t d, int32_t base, float* words) {
+  int32_t power[kDigits];
+  for (int j = 0, v = 1; j < kDigits; ++j, v *= base) power[j] = v;
+  const int64_t full = d / kDigits;
+  for (int64_t w = 0; w < full; ++w) {
+    int32_t word = 0;
+    for (int j = 0; j < kDigits; ++j) word += static_cast<int32_t>(codes[w * kDigits + j]) * power[j];
+    words[w] = static_cast<float>(word);
+  }
+  if (full * kDigits < d) {
+    int32_t word = 0;
+    for (int64_t j = 0; j < d - full * kDigits; ++j)
+      word += static_cast<int32_t>(codes[full * kDigits + j]) * power[j];
+    words[full] = static_cast<float>(word);
+  }
+}
+
+void pack_any(const uint16_t* codes, int64_t d, int digits, int32_t base, float* words) {
+  switch (digits) {
+#define KVX_THC_PACK(D) case D: pack_words<D>(codes, d, base, words); break;
+    KVX_THC_PACK(1) KVX_THC_PACK(2) KVX_THC_PACK(3) KVX_THC_PACK(4) KVX_THC_PACK(5)
+    KVX_THC_PACK(6) KVX_THC_PACK(7) KVX_THC_PACK(8) KVX_THC_PACK(9) KVX_THC_PACK(10)
+    KVX_THC_PACK(11) KVX_THC_PACK(12) KVX_THC_PACK(13) KVX_THC_PACK(14) KVX_THC_PACK(15)
+    KVX_THC_PACK(16) KVX_THC_PACK(17) KVX_THC_PACK(18) KVX_THC_PACK(19) KVX_THC_PACK(20)
+    KVX_THC_PACK(21) KVX_THC_PACK(22) KVX_THC_PACK(23) KVX_THC_PACK(24)
+#undef KVX_THC_PACK
+    default: break;  // base >= 2: at most 24 digits
+  }
+}
+
+// Exact floor(x / p) for x < 2^24, 1 <= p < 2^24, by one multiply and shift
+// (Granlund-Montgomery): with s = 24 + ceil(log2 p) and m = floor(2^s / p) + 1,
+// x * m / 2^s = x / p + e, 0 < e < x / 2^s < 2^24 / 2^s <= 1 / p, and x / p is at least
+// 1 / p below the next integer, so the floor is unchanged.
+struct Divider {
+  uint64_t mul = 0;
+  int shift = 0;
+  explicit Divider(uint64_t p) {
+    int log2p = 0;
+    while ((uint64_t{1} << log2p) < p) ++log2p;
+    shift = kMantissaF32 + log2p;
+    mul = (uint64_t{1} << shift) / p + 1;
+  }
+  uint32_t operator()(uint32_t x) const { return static_cast<uint32_t>((x * mul) >> shift); }
+};
+
+// The digits (the summed codes) of padded positions [first, first + count).
+struct Unpacker {
+  const float* words;
+  int digits;
+  uint32_t base;
+  Divider div;
+  template <class Sink>
+  void run(int64_t first, int64_t count, Sink&& sink) const {
+    int64_t w = first / digits;
+    int j = static_cast<int>(first % digits);
+    uint32_t x = static_cast<uint32_t>(words[w]);
+    for (int k = 0; k < j; ++k) x = div(x);
+    for (int64_t i = 0; i < count; ++i) {
+      if (j == digits) {
+        x = static_cast<uint32_t>(words[++w]);
+        j = 0;
+      }
+      const uint32_t q = div(x);
+      sink(i, x - q * base);
+      x = q;
+      ++j;
+    }
+  }
+};
+
+// Every word an integer in [0, limit): range test first, so that the conversion is
+// defined (NaN fails it).
+KVX_HOT bool words_are_digits(const float* words, int64_t count, float limit) {
+  int32_t bad = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = words[i];
+    const bool in_range = v >= 0.0f && v < limit;
+    const float c = in_range ? v : 0.0f;
+    bad |= static_cast<int32_t>(!in_range) |
+           static_cast<int32_t>(static_cast<float>(static_cast<int32_t>(c)) != v);
+  }
+  return bad == 0;
+}
+
+// The float32 value of a sum S of `summed` codes: S * 2T / (q - 1) - summed * T,
+// computed in float64 (thc.h).
+struct Levels {
+  double delta, offset;
+  Levels(const ThcParams& p, int64_t summed) {
+    const double t = static_cast<double>(static_cast<float>(p.clamp));
+    delta = 2.0 * t / static_cast<double>(p.levels - 1);
+    offset = static_cast<double>(summed) * t;
+  }
+  float operator()(uint32_t s) const {
+    return static_cast<float>(static_cast<double>(s) * delta - offset);
+  }
+};
+
+// float32(level(S) * r) for S in [0, count): one block size's inverse inputs.
+std::vector<float> scaled_levels(const Levels& levels, int64_t count, float r) {
+  std::vector<float> table(static_cast<size_t>(count));
+  for (int64_t s = 0; s < count; ++s) table[s] = levels(static_cast<uint32_t>(s)) * r;
+  return table;
+}
+
+constexpr int64_t kMaxTable = int64_t{1} << 16;  // larger bases compute each value
+
+// The inverse transform of one block held in buf (already level * r): transform, signs.
+void inverse_block(float* buf, int64_t size, uint64_t sign_key, int64_t first) {
+  thc_fwht(buf, size);
+  apply_signs(buf, size, sign_key, first);
+}
+
+KVX_HOT void finish_residual(const float* grad, float* residual, const float* own, int64_t m) {
+  for (int64_t i = 0; i < m; ++i) residual[i] = (grad[i] + residual[i]) - own[i];
+}
+
+bool step_valid(int64_t step) { return step >= 0 && step < kThcMaxStep; }
+
+}  // namespace
+
+// ---- layout and parameters -----------------------------------------------------------
+
+bool thc_params_valid(const ThcParams& p, int64_t num_workers) {
+  if (num_workers < 1 || num_workers > kThcMaxWorkers || p.levels < 2 ||
+      p.levels > kThcMaxLevels || !block_valid(p.block))
+    return false;
+  if (thc_sum_base(p.levels, num_workers) > kExactF32) return false;
+  const float t = static_cast<float>(p.clamp);
+  return std::isfinite(p.clamp) && t > 0.0f && p.clamp <= kThcMaxClamp;
+}
+
+int64_t thc_blocks(int64_t n, int64_t block, int64_t* sizes, int64_t max_blocks) {
+  const Layout layout(n, block);
+  const int64_t count = static_cast<int64_t>(layout.sizes.size());
+  if (!layout.valid) return 0;
+  for (int64_t b = 0; b < std::min(count, max_blocks); ++b) sizes[b] = layout.sizes[b];
+  return count;
+}
+
+int64_t thc_padded_size(int64_t n, int64_t block) {
+  const Layout layout(n, block);
+  return layout.valid ? layout.d : 0;
+}
+
+int64_t thc_packed_words(int64_t d, int64_t levels, int64_t num_workers) {
+  if (d < 0 || levels < 2 || levels > kThcMaxLevels || num_workers < 1 ||
+      num_workers > kThcMaxWorkers)
+    return 0;
+  const int digits = digits_per_word(thc_sum_base(levels, num_workers), kMantissaF32);
+  return digits > 0 ? ceil_div(d, digits) : 0;
+}
+
+int64_t thc_sum_words(int64_t n, const ThcParams& p, int64_t num_workers) {
+  if (!thc_params_valid(p, num_workers)) return 0;
+  return thc_packed_words(thc_padded_size(n, p.block), p.levels, num_workers);
+}
+
+bool thc_max_norm(const float* norms, int64_t count, float* m) {
+  float best = 0.0f;
+  for (int64_t w = 0; w < count; ++w) {
+    const float v = norms[w];
+    if (!(v >= 0.0f) || !std::isfinite(v)) return false;  // NaN fails the first test
+    best = std::max(best, v);
+  }
+  *m = best;
+  return count >= 1;
+}
+
+// ---- randomness ----------------------------------------------------------------------
+
+uint64_t thc_mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t thc_stream(uint64_t seed, uint64_t step, uint64_t who) {
+  return thc_mix64(thc_mix64(thc_mix64(seed) ^ step) ^ who);
+}
+
+// ---- the transform -------------------------------------------------------------------
+
+void thc_fwht(float* x, int64_t size) {
+  int64_t h = 1;
+  if (size >= 8) {
+    fwht_first3(x, size);
+    h = 8;
+  }
+  for (; 4 * h <= size; h *= 4) fwht_radix4(x, size, h);
+  for (; h < size; h *= 2) fwht_radix2(x, size, h);
+}
+
+int thc_norm(const float* grad, const float* residual, int64_t n, float* norm) {
+  *norm = 0.0f;
+  if (n < 0) return kBadParam;
+  if (!acc_all_finite(grad, residual, n)) return kNonFinite;
+  double squares = 0.0;
+  if (n > 0) acc_filter_scores(grad, residual, 1, n, &squares);
+  *norm = static_cast<float>(std::min(std::sqrt(squares), static_cast<double>(FLT_MAX)));
+  return kOk;
+}
+
+static bool rotate_args_valid(int64_t n, float max_norm, int64_t step) {
+  return n >= 0 && std::isfinite(max_norm) && max_norm >= 0.0f && step_valid(step);
+}
+
+int thc_rotate(const float* x, int64_t n, float max_norm, uint64_t seed, int64_t step,
+               int64_t block, float* z) {
+  const Layout layout(n, block);
+  if (!layout.valid) return kBadParam;  // d unknown: nothing to zero
+  if (!rotate_args_valid(n, max_norm, step)) {
+    zero(z, layout.d);
+    return kBadParam;
+  }
+  const uint64_t key = thc_stream(seed, static_cast<uint64_t>(step), 0);
+  int64_t offset = 0;
+  for (int64_t size : layout.sizes) {
+    const Scales sc(layout.d, size, max_norm);
+    load_scaled(x + offset, nullptr, std::min(size, n - offset), size, sc.s, sc.bound,
+                z + offset);
+    apply_signs(z + offset, size, key, offset);
+    thc_fwht(z + offset, size);
+    offset += size;
+  }
+  return kOk;
+}
+
+int thc_unrotate(const float* z, int64_t n, float max_norm, uint64_t seed, int64_t step,
+                 int64_t block, float* out) {
+  const Layout layout(n, block);
+  if (n < 0) return kBadParam;
+  if (!rotate_args_valid(n, max_norm, step) || !layout.valid) {
+    zero(out, n);
+    return kBadParam;
+  }
+  const uint64_t key = thc_stream(seed, static_cast<uint64_t>(step), 0);
+  std::vector<float> buf;
+  int64_t offset = 0;
+  for (int64_t size : layout.sizes) {
+    const Scales sc(layout.d, size, max_norm);
+    buf.resize(static_cast<size_t>(size));
+    for (int64_t i = 0; i < size; ++i) buf[i] = z[offset + i] * sc.r;
+    inverse_block(buf.data(), size, key, offset);
+    std::memcpy(out + offset, buf.data(),
+                static_cast<size_t>(std::min(size, n - offset)) * sizeof(float));
+    offset += size;
+  }
+  return kOk;
+}
+
+// ---- quantisation and packing ----------------------------------------------------------
+
+static void quantize_codes(const float* z, int64_t size, const ThcParams& p, uint32_t key,
+                           int64_t first, uint16_t* codes) {
+  const float t = static_cast<float>(p.clamp);
+  const float inv =
+      static_cast<float>(static_cast<double>(p.levels - 1) / (2.0 * static_cast<double>(t)));
+  quantize_block(z, size, t, inv, static_cast<float>(p.levels - 1), key,
+                 static_cast<uint32_t>(first), codes);
+}
+
+int thc_quantize(const float* z, int64_t d, const ThcParams& p, int64_t num_workers,
+                 int64_t rank, int64_t step, float* words) {
+  if (d < 0 || !thc_params_valid(p, num_workers) || rank < 0 || rank >= num_workers ||
+      !step_valid(step))
+    return kBadParam;
+  if (!all_finite(z, d)) return kNonFinite;  // a NaN has no code (nor a defined floor)
+  std::vector<uint16_t> codes(static_cast<size_t>(d));
+  const uint64_t key =
+      thc_stream(p.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(rank) + 1);
+  quantize_codes(z, d, p, dither_key(key), 0, codes.data());
+  const int64_t base = thc_sum_base(p.levels, num_workers);
+  pack_any(codes.data(), d, digits_per_word(base, kMantissaF32), static_cast<int32_t>(base),
+           words);
+  return kOk;
+}
+
+// Checks words (num_words for d positions packed for num_workers); on kOk *unpacker is
+// ready.
+static int check_words(const float* words, int64_t num_words, int64_t d, const ThcParams& p,
+                       int64_t num_workers, Unpacker* unpacker) {
+  if (d < 0 || !thc_params_valid(p, num_workers)) return kBadParam;
+  const int64_t base = thc_sum_base(p.levels, num_workers);
+  const int digits = digits_per_word(base, kMantissaF32);
+  if (num_words != ceil_div(d, digits)) return kBadParam;
+  int64_t limit = 1;
+  for (int j = 0; j < digits; ++j) limit *= base;  // <= 2^24: exact in float32
+  if (!words_are_digits(words, num_words, static_cast<float>(limit))) return kBadWord;
+  *unpacker = Unpacker{words, digits, static_cast<uint32_t>(base),
+                       Divider(static_cast<uint64_t>(base))};
+  return kOk;
+}
+
+int thc_dequantize(const float* words, int64_t num_words, int64_t d, const ThcParams& p,
+                   int64_t num_workers, int64_t summed, float* values) {
+  Unpacker unpacker{nullptr, 1, 1, Divider(1)};
+  int status = summed < 1 || summed > num_workers ? kBadParam : kOk;
+  if (status == kOk) status = check_words(words, num_words, d, p, num_workers, &unpacker);
+  if (status != kOk) {
+    zero(values, d);
+    return status;
+  }
+  const Levels levels(p, summed);
+  if (d > 0) unpacker.run(0, d, [&](int64_t i, uint32_t s) { values[i] = levels(s); });
+  return kOk;
+}
+
+// ---- one step ------------------------------------------------------------------------
+
+int thc_encode(const float* grad, float* residual, int64_t n, const float* norms,
+               int64_t num_workers, int64_t rank, int64_t step, const ThcParams& p,
+               float* words) {
+  if (n < 0 || !thc_params_valid(p, num_workers)) return kBadParam;  // word count unknown
+  const int64_t num_words = thc_sum_words(n, p, num_workers);
+  const Layout layout(n, p.block);
+  float m = 0.0f;
+  if (rank < 0 || rank >= num_workers || !step_valid(step) ||
+      !thc_max_norm(norms, num_workers, &m) || !layout.valid) {
+    zero(words, num_words);
+    return kBadParam;
+  }
+  if (!acc_all_finite(grad, residual, n)) {
+    zero(words, num_words);
+    return kNonFinite;
+  }
+  const uint64_t sign_key = thc_stream(p.seed, static_cast<uint64_t>(step), 0);
+  const uint32_t dither = dither_key(
+      thc_stream(p.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(rank) + 1));
+  const Levels own(p, 1);
+  std::vector<uint16_t> codes(static_cast<size_t>(layout.d));
+  std::vector<float> buf, table;
+  int64_t table_size = 0, offset = 0;
+  for (int64_t size : layout.sizes) {
+    const int64_t m_here = std::min(size, n - offset);
+    const Scales sc(layout.d, size, m);
+    buf.resize(static_cast<size_t>(size));
+    // rotate: scale, clamp to the guard, signs, transform
+    load_scaled(grad + offset, residual + offset, m_here, size, sc.s, sc.bound, buf.data());
+    apply_signs(buf.data(), size, sign_key, offset);
+    thc_fwht(buf.data(), size);
+    // quantise
+    uint16_t* c = codes.data() + offset;
+    quantize_codes(buf.data(), size, p, dither, offset, c);
+    // this worker's own decoding: level * r, transform, signs; residual = acc - that
+    if (table_size != size) {
+      table = scaled_levels(own, p.levels, sc.r);
+      table_size = size;
+    }
+    for (int64_t i = 0; i < size; ++i) buf[i] = table[c[i]];
+    inverse_block(buf.data(), size, sign_key, offset);
+    finish_residual(grad + offset, residual + offset, buf.data(), m_here);
+    offset += size;
+  }
+  const int64_t base = thc_sum_base(p.levels, num_workers);
+  pack_any(codes.data(), layout.d, digits_per_word(base, kMantissaF32),
+           static_cast<int32_t>(base), words);
+  return kOk;
+}
+
+int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float* norms,
+                   int64_t num_workers, int64_t step, const ThcParams& p, float* out) {
+  const Layout layout(n, p.block);
+  float m = 0.0f;
+  if (n < 0) return kBadParam;
+  if (!thc_params_valid(p, num_workers) || !step_valid(step) ||
+      !thc_max_norm(norms, num_workers, &m) || !layout.valid) {
+    zero(out, n);
+    return kBadParam;
+  }
+  Unpacker unpacker{nullptr, 1, 1, Divider(1)};
+  const int status = check_words(words, num_words, layout.d, p, num_workers, &unpacker);
+  if (status != kOk) {
+    zero(out, n);
+    return status;
+  }
+  const uint64_t sign_key = thc_stream(p.seed, static_cast<uint64_t>(step), 0);
+  const Levels levels(p, num_workers);
+  const int64_t base = thc_sum_base(p.levels, num_workers);
+  std::vector<float> buf, table;
+  int64_t table_size = 0, offset = 0;
+  for (int64_t size : layout.sizes) {
+    const Scales sc(layout.d, size, m);
+    buf.resize(static_cast<size_t>(size));
+    float* b = buf.data();
+    if (base <= kMaxTable) {
+      if (table_size != size) {
+        table = scaled_levels(levels, base, sc.r);
+        table_size = size;
+      }
+      const float* t = table.data();
+      unpacker.run(offset, size, [&](int64_t i, uint32_t s) { b[i] = t[s]; });
+    } else {
+      const float r = sc.r;
+      unpacker.run(offset, size, [&](int64_t i, uint32_t s) { b[i] = levels(s) * r; });
+    }
+    inverse_block(b, size, sign_key, offset);
+    std::memcpy(out + offset, b, static_cast<size_t>(std::min(size, n - offset)) * sizeof(float));
+    offset += size;
+  }
+  return kOk;
+}
+
+}  // namespace kvx

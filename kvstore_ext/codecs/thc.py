@@ -1,0 +1,129 @@
+"""THC (Tensor Homomorphic Compression) in sum mode: quantised codes the stock server
+adds, so both directions stay compressed and the servers run no decoder.
+
+Why a shared scale and a shared rotation: integer codes add up to the code of the sum
+only if every worker maps its values to levels the same way. So all workers rotate with
+the same randomized Hadamard transform (signs from a seed and the step count, the same
+everywhere) and scale by the same ``sqrt(d) / M``, M the largest worker norm, which a
+tiny first round gives everyone. Why a rotation at all: it spreads a tensor's energy
+evenly over the coordinates (about N(0, ||x||^2 / M^2) each), so a fixed clamp ``T`` and
+a few levels fit every tensor, and an outlier costs no more than any other value.
+
+One step of a chunk (numbered as in ``ThcCodec.step``; kernels: cpp/codecs/thc.h, spec:
+python/kvx_ref/thc.py):
+
+1. ``x = grad + residual``; this worker's ``||x||_2`` in its slot of a ``num_workers``
+   array (``kvx_thc_norm``; a NaN/Inf raises here, before anything is sent);
+2. ``Sum('norm')``: every worker's norm, so all take the same ``M = max``;
+3. ``kvx_thc_encode``: rotate, scale by ``sqrt(d) / M``, clamp to ``+-T``, round
+   stochastically to ``q`` levels (unbiased), pack as base ``n (q - 1) + 1`` digits in
+   float32 words (exact sums: every partial sum stays below 2**24); the residual keeps
+   ``x`` minus the decoding of this worker's own codes (what the clamp and the rounding
+   lost);
+4. ``Sum('payload')``: the stock server adds the words;
+5. ``kvx_thc_decode_sum``: unpack the summed codes, undo scale and rotation.
+
+The step count (state ``'step'``, checkpointed) seeds the signs and each worker's
+dither, so a run is reproducible and a resumed run continues bit for bit.
+"""
+import math
+
+import numpy as np
+
+from .base import Codec, check_decoded, check_encoded
+from ..ops import op, shape_attr
+from ..rounds import Sum, is_void, void_sum
+from ..wire import digits_per_float32
+
+MIN_BLOCK = 256            # cpp/codecs/thc.h kThcMinBlock
+MAX_STEP = 1 << 24         # the step count travels as an exact float32
+
+
+def blocks(n, block):
+    """Hadamard block sizes of n elements (cpp/codecs/thc.h): ``block`` while that many
+    are left, then the largest power of two that fits, down to 256; a tail below 256
+    takes the next power of two (the only padding)."""
+    sizes, rest = [], int(n)
+    while rest > 0:
+        if rest >= block:
+            size = block
+        elif rest >= MIN_BLOCK:
+            size = 1 << (rest.bit_length() - 1)
+        else:
+            size = 1 << (rest - 1).bit_length()
+        sizes.append(size)
+        rest -= min(size, rest)
+    return sizes
+
+
+def sum_words(n, block, levels, num_workers):
+    """float32 words of one worker's payload (and of the sum) for n elements."""
+    digits = digits_per_float32(num_workers * (levels - 1) + 1)
+    if digits < 1:
+        raise ValueError('THC with %d levels cannot pack the sum of %d workers into float32 '
+                         '(needs %d * (levels - 1) + 1 <= 2**24)'
+                         % (levels, num_workers, num_workers))
+    return -(-sum(blocks(n, block)) // digits)
+
+
+class ThcCodec(Codec):
+    name = 'thc'
+
+    def __init__(self, shape, levels=16, clamp=2.5, seed=0, block=65536):
+        super().__init__(shape)
+        if not 2 <= int(levels) <= 1 << 16:
+            raise ValueError('levels must be in [2, 65536], got %r' % (levels,))
+        if not (math.isfinite(clamp) and 0 < clamp <= 1e4):
+            raise ValueError('clamp must be in (0, 1e4], got %r' % (clamp,))
+        if not (block >= MIN_BLOCK and block & (block - 1) == 0 and block <= 1 << 24):
+            raise ValueError('block must be a power of two in [256, 2**24], got %r' % (block,))
+        self.levels, self.clamp = int(levels), float(clamp)
+        self.seed, self.block = int(seed), int(block)
+
+    def chunk(self, start, stop):
+        """Each chunk has its own norm round, blocks and M."""
+        return type(self)((stop - start,), self.levels, self.clamp, self.seed, self.block)
+
+    def state_shapes(self):
+        return {'step': (1,)}
+
+    def _attrs(self, step):
+        return dict(levels=self.levels, clamp=self.clamp, seed=self.seed, block=self.block,
+                    step=step)
+
+    def step(self, grad, state, num_workers, rank):
+        residual = state.residual
+        # 1. x = grad + residual; this worker's norm in its slot
+        slots, status = op('kvx_thc_norm')(grad, residual, rank=rank, num_workers=num_workers)
+        check_encoded(status)
+        # 2. every worker's norm: all use the same M = max (inside the ops)
+        norms = (yield Sum('norm', slots)).copy()    # (the pull buffer is reused)
+        if is_void(norms):        # a worker's NaN (rounds.void): every worker stops here
+            return void_sum(self.shape)
+        counter = state.get('step')
+        step = int(counter.asscalar()) if counter is not None else 0
+        # 3. rotate, scale, clamp, round, pack; the residual keeps what this worker lost
+        words, status = op('kvx_thc_encode')(grad, residual, norms, rank=rank,
+                                             **self._attrs(step))
+        check_encoded(status)
+        from mxnet import ndarray
+        state['step'] = ndarray.array([(step + 1) % MAX_STEP], dtype=np.float32)
+        state.last['norms'], state.last['step'] = norms, step
+        # 4. the stock server adds the words
+        summed = yield Sum('payload', words)
+        # 5. the sum over workers
+        out, status = op('kvx_thc_decode_sum')(summed, norms, shape=shape_attr(self.shape),
+                                               **self._attrs(step))
+        check_decoded(status, 'summed THC payload')
+        return out
+
+    def sum_words(self, num_workers):
+        return sum_words(self.size, self.block, self.levels, num_workers)
+
+    def wire_words(self, num_workers):
+        words = self.sum_words(num_workers)
+        return [('norm', 'sum', num_workers, num_workers), ('payload', 'sum', words, words)]
+
+    def describe(self):
+        return 'thc, %d levels, clamp %g, Hadamard blocks of <= %d' % (self.levels, self.clamp,
+                                                                      self.block)
