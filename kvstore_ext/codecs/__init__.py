@@ -7,3 +7,4 @@ from .additive import AdditiveTernaryCodec, AdditiveTopKCodec  # noqa: F401
 from .adacomp import AdaCompCodec  # noqa: F401
 from .element_topk import ElementTopKCodec  # noqa: F401
 from .fp16 import Float16Codec  # noqa: F401
+from .powersgd import PowerSGDCodec  # noqa: F401
