@@ -111,7 +111,6 @@ class PowerSGDCodec(Codec):
         q_sum = yield Sum('Q', q_part)
         # 7. the approximation of the sum; the next step's Q
         state['Q'] = orthonormalise(q_sum)
-        state.last['P_hat'] = p_hat
         return ndarray.dot(p_hat, q_sum, transpose_b=True).reshape(self.shape)
 
     def wire_words(self, num_workers):
