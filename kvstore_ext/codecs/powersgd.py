@@ -1,0 +1,123 @@
+"""PowerSGD's codec (Vogels, Karimireddy, Jaggi, NeurIPS 2019, arXiv 1905.13727): a
+rank-r approximation of the sum of the workers' gradients, built from two additive
+rounds, with error feedback and a warm-started Q.
+
+One step of one chunk, a ``rows x cols`` matrix view of the tensor (conv weights
+``O x (I kh kw)``), numbered as in ``step`` (python/kvx_ref/powersgd.py is the spec):
+
+1. ``M = grad + residual`` (error feedback); NaN/Inf raises before anything is sent;
+2. ``Q`` (cols x r, orthonormal): the previous step's (warm start, chunk state ``'Q'``,
+   checkpointed) or, at the first step, a Gaussian drawn from a seed every worker shares;
+3. ``P = M Q``, summed over workers by a ``Sum('P')`` round (the stock server adds);
+4. ``P^ = orthonormalise(P)``: every worker holds the same summed P, bit for bit, and
+   runs the same deterministic Householder QR on it, so all agree on P^;
+5. ``Q_w = M^T P^``; the residual keeps ``M - P^ Q_w^T``, this worker's own error (the
+   part of its M outside the agreed subspace), so the workers' residuals plus the
+   aggregate always add up to the sum of their M;
+6. ``Q = sum_w Q_w`` by a ``Sum('Q')`` round;
+7. the step returns ``P^ Q^T``, the approximation of the *sum* over workers (every
+   codec's step returns the sum; the trainer divides), and keeps
+   ``orthonormalise(Q)`` as the next step's Q.
+
+Orthonormalisation is MXNet's ``linalg.gelqf`` (LAPACK's LQ factorisation, Householder)
+of the transpose: one operator, no Python loop over columns, and unlike Gram-Schmidt it
+returns orthonormal columns for rank-deficient or zero input (a layer whose gradient
+vanishes), so no epsilon and no NaN. Keeping Q orthonormal between steps keeps P and Q
+at the scale of M whatever the number of steps (a raw Q would square M's scale each
+step).
+
+A chunk (rows ``[start, stop)``, cut by chunking.py between rows of the matrix view) is
+a low-rank problem of its own, with its own P, Q and rounds.
+"""
+import numpy as np
+
+from .base import Codec
+from ..errors import NonFiniteGradientError
+from ..ops import op
+from ..rounds import Sum, is_void, void_sum
+
+MIN_RATIO = 2     # a chunk is compressed only if its rank-r form is this much smaller
+
+
+def matrix_shape(shape):
+    """The 2-D view of a tensor: (first axis, the rest)."""
+    return int(shape[0]), int(np.prod(shape[1:], dtype=np.int64))
+
+
+def orthonormalise(a):
+    """Orthonormal columns spanning those of ``a`` (n x r, r <= n): Householder LQ of
+    ``a^T`` (LAPACK gelqf through MXNet), deterministic for a given input."""
+    from mxnet.ndarray import linalg
+    lq, _ = linalg.gelqf(a.T)
+    return lq.T
+
+
+class PowerSGDCodec(Codec):
+    name = 'powersgd'
+    chunk_by_rows = True     # chunks are rows of the matrix view
+
+    def __init__(self, shape, rank, seed=0):
+        super().__init__(shape)
+        if len(self.shape) < 2:
+            raise ValueError('PowerSGD needs a tensor of 2 or more axes, got shape %s'
+                             % (self.shape,))
+        self.rows, self.cols = matrix_shape(self.shape)
+        self.rank, self.seed = int(rank), int(seed)
+        if self.rank < 1:
+            raise ValueError('rank must be >= 1, got %r' % (rank,))
+
+    def compressible(self):
+        """True if the rank-r factors (``rank * (rows + cols)`` floats) are at least
+        MIN_RATIO times smaller than the matrix: the scheme compresses a tensor only if
+        this holds for every chunk (it implies ``rank < rows`` and ``rank < cols``,
+        which the orthonormalisation needs)."""
+        return MIN_RATIO * self.rank * (self.rows + self.cols) <= self.rows * self.cols
+
+    def chunk(self, start, stop):
+        return PowerSGDCodec((stop - start,) + self.shape[1:], self.rank, self.seed)
+
+    def state_shapes(self):
+        return {'Q': (self.cols, self.rank)}
+
+    def initial_q(self):
+        """Step 2's first Q: Gaussian from (seed, cols, rank) (kvx_ref.powersgd.initial_q),
+        drawn by NumPy, so every worker draws the same."""
+        from mxnet import ndarray
+        rng = np.random.default_rng([self.seed, self.cols, self.rank])
+        gauss = rng.standard_normal((self.cols, self.rank)).astype(np.float32)
+        return orthonormalise(ndarray.array(gauss, dtype=np.float32))
+
+    def step(self, grad, state, num_workers, rank):
+        from mxnet import ndarray
+        # 1. error feedback
+        acc = (grad + state.residual).reshape((self.rows, self.cols))
+        if int(op('kvx_finite_check')(acc.reshape((-1,))).asscalar()):
+            raise NonFiniteGradientError('gradient + residual holds non-finite values (NaN '
+                                         'or Inf); nothing was sent and the residual is '
+                                         'unchanged')
+        # 2. warm start
+        q = state.get('Q')
+        if q is None:
+            q = self.initial_q()
+        # 3. P, summed
+        p = yield Sum('P', ndarray.dot(acc, q))
+        if is_void(p):            # a worker's NaN (rounds.void): every worker stops here,
+            return void_sum(self.shape)        # before its residual or Q changes
+        # 4. the same orthonormal P^ on every worker
+        p_hat = orthonormalise(p)
+        # 5. this worker's Q and its own error
+        q_part = ndarray.dot(acc, p_hat, transpose_a=True)
+        state.residual.reshape((self.rows, self.cols))[:] = ndarray.linalg.gemm(
+            p_hat, q_part, acc, alpha=-1.0, beta=1.0, transpose_b=True)
+        # 6. Q, summed
+        q_sum = yield Sum('Q', q_part)
+        # 7. the approximation of the sum; the next step's Q
+        state['Q'] = orthonormalise(q_sum)
+        return ndarray.dot(p_hat, q_sum, transpose_b=True).reshape(self.shape)
+
+    def wire_words(self, num_workers):
+        p, q = self.rows * self.rank, self.cols * self.rank
+        return [('P', 'sum', p, p), ('Q', 'sum', q, q)]
+
+    def describe(self):
+        return 'powersgd rank %d of %d x %d' % (self.rank, self.rows, self.cols)

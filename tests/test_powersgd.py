@@ -1,0 +1,283 @@
+"""dist_sync_powersgd: the codec against the NumPy reference (python/kvx_ref/powersgd.py).
+
+* One process: outputs, residuals and the warm-start Q of a store equal the reference's
+  (to float32 rounding: MXNet's gemm and LAPACK against NumPy in float64), chunks
+  included; several workers simulated in one process by driving their steps with a
+  summing exchange; the orthonormalisation (gelqf) against NumPy's QR, rank-deficient
+  and zero input included; a low-rank gradient comes back exactly; the scheme's
+  choices (1-D, small, not 2x smaller in some chunk, warm-up); bytes.
+* Real ps-lite jobs (2 workers and 2 servers, 4 workers and 1 server with a warm-up
+  step and rank 2): every worker pulls the same sum, bit for bit (the workers agree on
+  the orthonormalised P), equal to the reference fed the same gradients, and the
+  workers' residuals are the reference's; what came back plus what the residuals hold
+  is the sum of the gradients.
+"""
+import json
+
+import numpy as np
+import pytest
+import mxnet as mx
+
+from kvx_ref import powersgd as ref
+
+import kvstore_ext  # noqa: F401
+from kvstore_ext import chunking
+from kvstore_ext.codecs import PowerSGDCodec
+from kvstore_ext.codecs.powersgd import orthonormalise
+from kvstore_ext.memory import ChunkState
+from kvstore_ext.schemes import PowerSGD
+
+from test_dist_aggregate import JOB, job, launch, worker_gradients
+
+f32 = np.float32
+
+
+def close(got, want, rel=2e-5):
+    """Equal to float32 rounding, relative to the array's largest value."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = max(np.abs(want).max(), 1e-30)
+    err = np.abs(got - want).max()
+    assert err <= rel * scale, 'max error %g, %g of the largest value' % (err, err / scale)
+
+
+def low_rank_plus_noise(rng, shape, rank=4, noise=0.1):
+    """Gradient-like: ``rank`` strong directions of distinct strengths over noise, so
+    that the top subspace of rank r is well separated and float32 and float64 runs
+    follow the same one (in a nearly degenerate subspace rounding picks the direction)."""
+    rows, cols = ref.matrix_shape(shape)
+    left = np.linalg.qr(rng.standard_normal((rows, rank)))[0]
+    right = np.linalg.qr(rng.standard_normal((cols, rank)))[0]
+    strong = (left * (20.0 * 0.6 ** np.arange(rank))) @ right.T
+    return (strong + noise * rng.standard_normal((rows, cols))).reshape(shape).astype(f32)
+
+
+def test_orthonormalise_matches_numpy():
+    rng = np.random.default_rng(0)
+    for shape in [(300, 4), (12, 4), (5000, 1)]:
+        a = rng.standard_normal(shape).astype(f32)
+        got = orthonormalise(mx.nd.array(a)).asnumpy()
+        close(got, ref.orthonormalise(a), rel=1e-5)            # signs included
+        np.testing.assert_allclose(got.T @ got, np.eye(shape[1]), atol=1e-5)
+        again = orthonormalise(mx.nd.array(a)).asnumpy()
+        assert np.array_equal(got, again)                      # deterministic
+
+
+def test_orthonormalise_rank_deficient_and_zero():
+    """Householder gives orthonormal columns where Gram-Schmidt divides by zero."""
+    a = np.zeros((50, 4), f32)
+    a[:, 1] = 1.0
+    a[:, 3] = 2.0                                              # rank 1
+    for m in (a, np.zeros((50, 4), f32)):
+        got = orthonormalise(mx.nd.array(m)).asnumpy()
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got.T @ got, np.eye(4), atol=1e-5)
+
+
+def _store(**params):
+    kv = mx.kv.create('dist_sync_powersgd')
+    kv.set_gradient_compression(dict({'size_threshold': 0}, **params))
+    return kv
+
+
+@pytest.mark.parametrize('shape, chunk_size, rank', [((64, 32, 5, 5), 1 << 20, 4),
+                                                     ((96, 400), 12800, 4),
+                                                     ((96, 400), 1 << 20, 1)])
+def test_store_matches_reference(shape, chunk_size, rank):
+    """One worker: outputs, residual and each chunk's Q over steps (the second case is
+    cut into 3 chunks of 32 rows, each its own low-rank problem)."""
+    kv = _store(chunk_size=chunk_size, rank=rank)
+    codec = kv.scheme.codec_for(shape, f32)
+    chunks = chunking.split(codec, chunk_size)
+    assert isinstance(codec, PowerSGDCodec) and len(chunks) == (3 if chunk_size < 1e5 else 1)
+    want = ref.PowerSGDReference(shape, 1, rank=rank,
+                                 bounds=[(c.start, c.stop) for c in chunks])
+    rng = np.random.default_rng(1)
+    for step in range(5):
+        grad = low_rank_plus_noise(rng, shape, rank)
+        value = mx.nd.array(grad)
+        kv.pushpull('w', value)
+        close(value.asnumpy(), want.step([grad]))
+        close(kv._keys['w'].residual.asnumpy(), want.residual(0))
+        for i, state in enumerate(kv._keys['w'].chunk_states):
+            q = state.get('Q').asnumpy()
+            np.testing.assert_allclose(q, want.qs[i], atol=2e-5)
+
+
+def run_workers(codec, grads, states):
+    """The steps of several workers in one process, their rounds summed in rank order:
+    what the parameter server does, without ps-lite. Returns each worker's result."""
+    steps = [codec.step(mx.nd.array(g), s, len(grads)) for g, s in zip(grads, states)]
+    requests = [next(s) for s in steps]
+    while True:
+        assert len({r.name for r in requests}) == 1 and all(r.kind == 'sum'
+                                                          for r in requests)
+        total = requests[0].array.copy()
+        for r in requests[1:]:
+            total += r.array
+        answers = []
+        for s in steps:
+            try:
+                answers.append(('round', s.send(total)))
+            except StopIteration as done:
+                answers.append(('done', done.value))
+        assert len({kind for kind, _ in answers}) == 1      # the workers stay in lockstep
+        if answers[0][0] == 'done':
+            return [value for _, value in answers]
+        requests = [value for _, value in answers]
+
+
+def test_workers_simulated_match_reference():
+    """Three workers whose gradients differ: every worker gets the reference's sum, its
+    residual is its own error, and nothing is lost (aggregate + residuals = gradients)."""
+    shape, workers = (40, 120), 3
+    codec = PowerSGDCodec(shape, rank=4, seed=7)
+    arrays = [{} for _ in range(workers)]
+    states = [ChunkState(mx.nd.zeros(shape), arrays[w], '0.') for w in range(workers)]
+    want = ref.PowerSGDReference(shape, workers, rank=4, seed=7)
+    rng = np.random.default_rng(2)
+    sent = total = 0
+    for step in range(6):
+        grads = [low_rank_plus_noise(rng, shape) * (w + 1) for w in range(workers)]
+        outs = [o.asnumpy() for o in run_workers(codec, grads, states)]
+        for o in outs[1:]:
+            assert np.array_equal(o, outs[0])
+        close(outs[0], want.step(grads))
+        for w in range(workers):
+            close(states[w].residual.asnumpy(), want.residual(w))
+        sent, total = sent + outs[0], total + sum(g.astype(np.float64) for g in grads)
+        held = sum(s.residual.asnumpy().astype(np.float64) for s in states)
+        close(sent + held, total, rel=1e-5)
+
+
+def test_low_rank_gradient_comes_back_exactly():
+    """A rank-2 gradient lies in the span of P = M Q: rank 4 returns it in one step and
+    the residual stays (almost) zero."""
+    rng = np.random.default_rng(3)
+    grad = (rng.standard_normal((200, 2)) @ rng.standard_normal((2, 300))).astype(f32)
+    kv = _store()
+    value = mx.nd.array(grad)
+    kv.pushpull('w', value)
+    close(value.asnumpy(), grad, rel=1e-5)
+    assert np.abs(kv._keys['w'].residual.asnumpy()).max() <= 1e-5 * np.abs(grad).max()
+
+
+def test_full_rank_gradient_keeps_the_rest():
+    """A full-rank gradient: the output has rank r, the rest stays in the residual."""
+    rng = np.random.default_rng(4)
+    grad = rng.standard_normal((100, 150)).astype(f32)
+    kv = _store(rank=3)
+    value = mx.nd.array(grad)
+    kv.pushpull('w', value)
+    assert np.linalg.matrix_rank(value.asnumpy(), tol=1e-3) == 3
+    residual = kv._keys['w'].residual.asnumpy()
+    assert np.linalg.norm(residual) > 0.5 * np.linalg.norm(grad)
+    close(value.asnumpy() + residual, grad, rel=1e-5)
+
+
+def test_scheme_choices():
+    scheme = PowerSGD()
+    f = scheme.codec_for
+    assert isinstance(f((64, 32, 5, 5), f32), PowerSGDCodec)             # conv
+    assert f((64, 32, 5, 5), f32).describe() == 'powersgd rank 4 of 64 x 800'
+    assert isinstance(f((512, 784), f32), PowerSGDCodec)                 # FC
+    assert f((100000,), f32).passthrough                                 # 1-D
+    assert f((10, 512), f32).passthrough                                 # small
+    assert f((512, 784), np.float16).passthrough                         # not float32
+    assert f((4096, 8), f32).passthrough                                 # not 2x smaller
+    # rows of 2**20 elements: every chunk is one row, never 2x smaller
+    assert f((16, 1 << 20), f32).passthrough
+    assert isinstance(PowerSGD(chunk_size=1 << 24).codec_for((16, 1 << 20), f32),
+                      PowerSGDCodec)
+    # chunks of a large FC tensor are row ranges, each a PowerSGD codec of its rows
+    chunks = chunking.split(f((512, 3136), f32), scheme.params['chunk_size'])
+    assert [(c.start, c.stop) for c in chunks] == [(0, 256), (256, 512)]
+    assert all(c.codec.shape == (256, 3136) and c.codec.state_shapes() ==
+               {'Q': (3136, 4)} for c in chunks)
+    with pytest.raises(ValueError):
+        PowerSGD(rank=0)
+    with pytest.raises(ValueError):
+        PowerSGDCodec((5, 100), rank=0)
+    assert not PowerSGDCodec((5, 100), rank=3).compressible()     # 630 > 500 / 2 floats
+    assert PowerSGDCodec((5, 100), rank=2).compressible()         # 420 <= 500 / 2
+    for rows, cols, rank in [(r, c, k) for r in (2, 9, 40) for c in (3, 17, 300)
+                             for k in (1, 2, 4)]:
+        assert PowerSGDCodec((rows, cols), rank).compressible() == \
+            ref.compressible(rows, cols, rank)
+    with pytest.raises(ValueError):
+        PowerSGDCodec((500,), rank=2)
+
+
+def test_warmup_then_compression():
+    """``warmup_steps`` float32 steps (the exact sum), then a re-plan to PowerSGD."""
+    kv = _store(warmup_steps=2, rank=2)
+    rng = np.random.default_rng(5)
+    for step in range(4):
+        grad = rng.standard_normal((60, 90)).astype(f32)
+        value = mx.nd.array(grad)
+        kv.pushpull('w', value)
+        codec = kv._keys['w'].codec
+        if step < 2:
+            assert codec.passthrough and np.array_equal(value.asnumpy(), grad)
+        else:
+            assert isinstance(codec, PowerSGDCodec)
+            assert np.linalg.matrix_rank(value.asnumpy(), tol=1e-3) == 2
+    assert [PowerSGD(warmup_steps=2).replans_at(s) for s in range(4)] == \
+        [False, False, True, False]
+    assert not any(PowerSGD().replans_at(s) for s in range(4))
+
+
+def test_wire_bytes():
+    """Push and pull carry rank * (rows + cols) floats a step (P and Q)."""
+    kv = _store()
+    kv.pushpull('w', mx.nd.ones((100, 50, 3)))
+    stats = kv.comm_stats()
+    assert stats['raw_bytes'] == 4 * 15000
+    assert stats['push_bytes'] == stats['pull_bytes'] == 4 * 4 * (100 + 150)
+
+
+PARAMS = {'size_threshold': 100, 'chunk_size': 1024}
+DIST_CASES = [(2, 2, {}), (4, 1, {'rank': 2, 'warmup_steps': 1})]
+
+
+@pytest.mark.parametrize('workers, servers, extra', DIST_CASES)
+def test_dist_matches_reference(tmp_path, job_env, workers, servers, extra):
+    params = dict(PARAMS, **extra)
+    steps = 4
+    launch(tmp_path, job_env, workers, servers, [JOB, '--kvstore', 'dist_sync_powersgd',
+                                                 '--params', json.dumps(params),
+                                                 '--steps', str(steps),
+                                                 '--out', str(tmp_path)])
+    runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
+    info = json.load(open(str(tmp_path / 'rank0.json')))
+    scheme = PowerSGD(**params)
+    warmup = params.get('warmup_steps', 0)
+    compressed = 0
+    for key, shape in job.SHAPES.items():
+        codec = scheme.codec_for(shape, f32, step=warmup)
+        if codec.passthrough:
+            assert len(shape) == 1, key           # conv and fc are compressed
+            continue
+        compressed += 1
+        chunks = chunking.split(codec, params['chunk_size'])
+        assert len(chunks) > 1                     # each chunk its own problem
+        want = ref.PowerSGDReference(shape, workers, rank=codec.rank,
+                                     bounds=[(c.start, c.stop) for c in chunks])
+        sent = total = 0
+        for step in range(steps):
+            outs = [run['out/%s/%d' % (key, step)] for run in runs]
+            for out in outs[1:]:
+                assert np.array_equal(out, outs[0]), 'workers pulled different sums'
+            grads = worker_gradients(workers, step, key)
+            if step < warmup:                      # float32, summed by the server
+                close(outs[0], sum(g.astype(np.float64) for g in grads), rel=1e-6)
+                continue
+            close(outs[0], want.step(grads), rel=1e-4)
+            for w, run in enumerate(runs):
+                close(run['res/%s/%d' % (key, step)], want.residual(w), rel=1e-4)
+            sent = sent + outs[0]
+            total = total + sum(g.astype(np.float64) for g in grads)
+            held = sum(run['res/%s/%d' % (key, step)].astype(np.float64) for run in runs)
+            close(sent + held, total, rel=1e-5)
+    assert compressed == 2
+    stats = info['stats']
+    assert stats['steps'] == steps and stats['push_bytes'] < stats['raw_bytes']
