@@ -106,7 +106,8 @@ def test_store_matches_reference(shape, chunk_size, rank):
 def run_workers(codec, grads, states):
     """The steps of several workers in one process, their rounds summed in rank order:
     what the parameter server does, without ps-lite. Returns each worker's result."""
-    steps = [codec.step(mx.nd.array(g), s, len(grads)) for g, s in zip(grads, states)]
+    steps = [codec.step(mx.nd.array(g), s, len(grads), rank)
+             for rank, (g, s) in enumerate(zip(grads, states))]
     requests = [next(s) for s in steps]
     while True:
         assert len({r.name for r in requests}) == 1 and all(r.kind == 'sum'
