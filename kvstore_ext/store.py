@@ -44,6 +44,7 @@ from .stats import CommStats
 
 _FLOAT_TYPES = (np.float16, np.float32, np.float64)
 log = logging.getLogger('kvstore_ext')
+SERVERS_SUFFIX = '.servers'     # beside a worker's state file: the servers' residuals
 
 
 class _Key:
@@ -455,7 +456,9 @@ class CompressedKVStore(KVStoreBase):
 
     def save_compression_state(self, fname):
         """Save this worker's per-key state (residuals and what codecs keep between
-        steps), its parameters and byte counters (one file per worker)."""
+        steps), its parameters and byte counters (one file per worker). Rank 0 also
+        has the servers save their residuals (``pull='compressed'``) in the directory
+        ``fname + '.servers'``, on the servers' file system."""
         import json
         arrays = self._memory.state()
         arrays['__meta__'] = ndarray.array(
@@ -464,6 +467,7 @@ class CompressedKVStore(KVStoreBase):
                                       'stats': self._stats.state()}).encode(), np.uint8),
             dtype=np.uint8)
         ndarray.save(fname, arrays)
+        self._transport.save_server_state(fname + SERVERS_SUFFIX)
 
     def load_compression_state(self, fname):
         """Restore what ``save_compression_state`` wrote; before the first pushpull."""
@@ -478,5 +482,6 @@ class CompressedKVStore(KVStoreBase):
                                                         self.type, self.rank))
         self.set_gradient_compression(meta['params'])
         self._memory.restore(arrays)
+        self._transport.restore_server_state(fname + SERVERS_SUFFIX)
         self._stats.restore(meta['stats'])
         self._restored = True

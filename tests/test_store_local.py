@@ -314,10 +314,11 @@ def test_malformed_payloads_are_rejected(codec_id):
 
 # -- residuals are state -----------------------------------------------------------
 
-@pytest.mark.parametrize('aggregation', AGGREGATIONS)
+@pytest.mark.parametrize('aggregation', AGGREGATIONS + [{'pull': 'compressed'}])
 def test_checkpoint_restores_residuals_exactly(tmp_path, aggregation):
-    """Residuals (and agreements carried between steps) are state: a resumed store
-    continues bit for bit, chunked tensors included."""
+    """Residuals (and agreements carried between steps, and the 'servers'' residuals
+    of a compressed pull) are state: a resumed store continues bit for bit, chunked
+    tensors included."""
     shapes = {'conv': (24, 8, 3, 3), 7: (60, 20), 'big': (3000,)}
     kv = hylo(size_threshold=1, conv_rate=0.2, chunk_size=1024, **aggregation)
     for s in range(3):
@@ -331,6 +332,10 @@ def test_checkpoint_restores_residuals_exactly(tmp_path, aggregation):
                            '1.agreed@s:big', '1.agreed@s:conv', '2.agreed@s:big']
     else:
         assert carried == []
+    servers = tmp_path / 'state-rank0.kvx.servers'
+    assert servers.is_dir() == (aggregation.get('pull') == 'compressed')
+    if servers.is_dir():      # one residual a chunk (2 + 2 + 3 chunks of <= 1024)
+        assert len(list(servers.iterdir())) == 7, sorted(servers.iterdir())
     resumed = mx.kv.create('dist_sync_hylo')
     resumed.load_compression_state(path)
     assert resumed.scheme.params == kv.scheme.params

@@ -41,6 +41,30 @@ class LocalTransport:
             total, pulled = decode_sum([reply], (request.size,)), reply.size * 4
         return total, request.payload.size * 4, pulled
 
+    def save_server_state(self, directory):
+        """The 'servers'' residuals, one file each, in ``directory``."""
+        import os
+        from mxnet import ndarray
+        from ..memory import file_key
+        if self._server_residuals:
+            os.makedirs(directory, exist_ok=True)
+        for (key, chunk, name), residual in self._server_residuals.items():
+            ndarray.save(os.path.join(directory, '%s.%d.%s.nd' % (file_key(key), chunk, name)),
+                         [residual])
+
+    def restore_server_state(self, directory):
+        """What ``save_server_state`` wrote, if ``directory`` exists."""
+        import os
+        from mxnet import ndarray
+        from ..memory import parse_file_key
+        self._server_residuals = {}
+        if not os.path.isdir(directory):
+            return
+        for entry in os.listdir(directory):
+            key, chunk, name, _ = entry.rsplit('.', 3)
+            self._server_residuals[(parse_file_key(key), int(chunk), name)] = \
+                ndarray.load(os.path.join(directory, entry))[0]
+
     def broadcast(self, key, value):
         return value
 

@@ -150,6 +150,7 @@ class PSTransport:
         self.kv = mx_kvstore.create('dist_sync')
         self.rank, self.num_workers = self.kv.rank, self.kv.num_workers
         self._aggregator_set = False
+        self._restore = None        # directory of the servers' saved residuals
         self._next_key = 0
         self._params = {}
         self._wires = {}      # (key, chunk, round name) -> wire
@@ -167,8 +168,21 @@ class PSTransport:
         Every worker makes keys in the same order, so all of them get here before
         their first Gather push."""
         if not self._aggregator_set:
-            self.kv.set_optimizer(ServerAggregator(self.num_workers))
+            self.kv.set_optimizer(ServerAggregator(self.num_workers, restore=self._restore))
             self._aggregator_set = True
+
+    def save_server_state(self, directory):
+        """Rank 0 has every server write its residuals (compressed replies) into
+        ``directory``, on the servers' file system; it returns once they have."""
+        if self.rank == 0 and self._aggregator_set:
+            self.kv.set_optimizer(ServerAggregator(
+                self.num_workers, command=('save', os.path.abspath(directory))))
+
+    def restore_server_state(self, directory):
+        """The servers' residuals saved in ``directory`` (if it exists) are given to
+        their keys when the keys first appear."""
+        if os.path.isdir(directory):
+            self._restore = os.path.abspath(directory)
 
     def _wire(self, key, chunk, name, kind, shape, dtype=np.float32):
         """The wire of a round, made (or made anew) when first seen, reshaped or retyped."""

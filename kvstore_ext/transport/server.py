@@ -17,10 +17,19 @@ worker, and the round's result is filled with NaN so the workers see it. A void
 payload (a worker's non-finite gradient, rounds.py) makes the result NaN too, quietly:
 it is not an error of the server's.
 
+The servers' residuals are state (``pull='compressed'``): checkpoints save and restore
+them. MXNet's servers take one kind of command, ``set_optimizer`` (an unpickled
+object), so commands travel as aggregators: a new aggregator arriving at a server
+takes over the running one's state (every worker sends one, in any order), and one
+built with ``command=('save', directory)`` also writes every residual of the server's
+keys to ``directory/<server key>.nd``; one built with ``restore=directory`` gives a key
+the residual saved there when the key first appears.
+
 Server processes import this while ``mxnet`` is only partly imported: only explicit
 submodule imports here (no ``mx.nd``).
 """
 import logging
+import os
 
 import numpy as np
 from mxnet.optimizer import Optimizer
@@ -30,17 +39,58 @@ from ..errors import VOID, PayloadError, status_message
 from ..wire import FP32
 
 log = logging.getLogger('kvstore_ext.server')
+_RUNNING = []            # in a server process: the aggregator in use (one at most)
 
 
 class ServerAggregator(Optimizer):
     """Decode-and-sum for server-decode keys, plain sum for the others."""
 
-    def __init__(self, num_workers):
+    def __init__(self, num_workers, restore=None, command=None):
         super().__init__()
         self.num_workers = int(num_workers)
+        self.restore = restore       # directory of saved server residuals, or None
+        self.command = command       # ('save', directory) or None
         self._row_ids = {}
         self._replies = {}       # key -> (reply request, server residual or None, rows)
         self._statuses = {}      # key -> statuses of its last round, read at the next
+
+    def __setstate__(self, state):
+        """Unpickled at a server: take over the running aggregator's keys, then run
+        the command this one carries."""
+        self.__dict__.update(state)
+        if _RUNNING:
+            running = _RUNNING[0]
+            for name in ('_row_ids', '_replies', '_statuses'):
+                setattr(self, name, getattr(running, name))
+            self.restore = self.restore or running.restore
+        _RUNNING[:] = [self]
+        command, self.command = self.command, None
+        if command is not None and command[0] == 'save':
+            self.save_residuals(command[1])
+
+    def save_residuals(self, directory):
+        """Every residual of this server's keys, one file a key (server keys are
+        unique across servers)."""
+        from mxnet import ndarray
+        kept = {index: residual for index, (_, residual, _) in self._replies.items()
+                if residual is not None}
+        if kept:
+            os.makedirs(directory, exist_ok=True)
+        for index, residual in kept.items():
+            ndarray.save(os.path.join(directory, '%d.nd' % index), [residual])
+        log.info('saved the residuals of %d keys to %s', len(kept), directory)
+
+    def _restored_residual(self, index, size):
+        """The residual a checkpoint saved for key ``index``, if any."""
+        path = os.path.join(self.restore, '%d.nd' % index) if self.restore else None
+        if path is None or not os.path.exists(path):
+            return None
+        from mxnet import ndarray
+        residual = ndarray.load(path)[0]
+        if residual.shape != (size,):
+            raise PayloadError('key %s: the saved server residual %s holds %s floats, the '
+                               'key %d' % (index, path, residual.shape, size))
+        return residual
 
     def create_state(self, index, weight):
         return None
@@ -123,8 +173,11 @@ class ServerAggregator(Optimizer):
             rows, width = weight.shape
             row = weight.data[rows - 1].copy()
             request = parse_reply_row(row.asnumpy())
-            residual = ndarray.zeros((request[1],), dtype=np.float32) \
-                if request[0] != FP32 else None
+            residual = None
+            if request[0] != FP32:
+                residual = self._restored_residual(index, request[1])
+                if residual is None:
+                    residual = ndarray.zeros((request[1],), dtype=np.float32)
             buffer = ndarray.zeros((rows, width), dtype=np.float32)
             buffer[rows - 1] = row
             known = self._replies[index] = (request, residual, buffer)
