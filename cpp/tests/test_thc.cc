@@ -17,33 +17,13 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "check.h"
 
 namespace {
 
-int g_checks = 0;
-int g_failures = 0;
-const char* g_test = "";
-
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    ++g_checks;                                                                       \
-    if (!(cond)) {                                                                    \
-      ++g_failures;                                                                   \
-      std::printf("FAIL %s:%d [%s] %s\n", __FILE__, __LINE__, g_test, #cond);         \
-    }                                                                                 \
-  } while (0)
-
-#define CHECK_EQ(a, b)                                                                \
-  do {                                                                                \
-    ++g_checks;                                                                       \
-    const auto va_ = (a);                                                             \
-    const auto vb_ = (b);                                                             \
-    if (!(va_ == vb_)) {                                                              \
-      ++g_failures;                                                                   \
-      std::printf("FAIL %s:%d [%s] %s == %s (%.17g vs %.17g)\n", __FILE__, __LINE__,  \
-                  g_test, #a, #b, static_cast<double>(va_), static_cast<double>(vb_)); \
-    }                                                                                 \
-  } while (0)
+using kvx_test::g_checks;
+using kvx_test::g_failures;
+using kvx_test::g_test;
 
 using Floats = std::vector<float>;
 using kvx::ThcParams;
