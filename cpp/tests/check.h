@@ -4,13 +4,31 @@
 #ifndef KVX_TESTS_CHECK_H_
 #define KVX_TESTS_CHECK_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
+#include <random>
+#include <vector>
 
 namespace kvx_test {
 
 inline int g_checks = 0;
 inline int g_failures = 0;
-inline const char* g_test = "";
+inline const char* g_test = "";   // the test running, named in failures
+
+using Floats = std::vector<float>;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+
+// n normal values (times scale) from a seeded generator.
+inline Floats randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  Floats x(n);
+  for (auto& v : x) v = scale * normal(rng);
+  return x;
+}
 
 }  // namespace kvx_test
 

@@ -16,15 +16,8 @@
 
 namespace {
 
-using kvx_test::g_checks;
-using kvx_test::g_failures;
-using kvx_test::g_test;
-
-using Floats = std::vector<float>;
+using namespace kvx_test;  // NOLINT: the checks and their helpers
 using kvx::kHeaderWords;
-
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-const float kInf = std::numeric_limits<float>::infinity();
 
 uint32_t bits_of(float x) {
   uint32_t b;
@@ -44,14 +37,6 @@ bool all_zero(const Floats& a) {
   for (float v : a)
     if (v != 0.0f) return false;
   return true;
-}
-
-Floats randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  Floats x(n);
-  for (auto& v : x) v = scale * normal(rng);
-  return x;
 }
 
 Floats add(const Floats& a, const Floats& b) {

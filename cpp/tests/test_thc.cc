@@ -21,23 +21,8 @@
 
 namespace {
 
-using kvx_test::g_checks;
-using kvx_test::g_failures;
-using kvx_test::g_test;
-
-using Floats = std::vector<float>;
+using namespace kvx_test;  // NOLINT: the checks and their helpers
 using kvx::ThcParams;
-
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-const float kInf = std::numeric_limits<float>::infinity();
-
-Floats randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  Floats x(n);
-  for (auto& v : x) v = scale * normal(rng);
-  return x;
-}
 
 bool all_zero(const Floats& a) {
   for (float v : a)
