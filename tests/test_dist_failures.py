@@ -24,12 +24,14 @@ def launch(env, mode, timeout=120, extra=()):
 
 @pytest.mark.parametrize('mode', [['--aggregation', 'server'],
                                   ['--aggregation', 'server', '--pull', 'compressed'],
-                                  ['--aggregation', 'homomorphic']])
+                                  ['--aggregation', 'homomorphic'],
+                                  ['--aggregation', 'server', '--nan-ranks', '0,1']])
 def test_nonfinite_gradient_voids_the_step_and_training_goes_on(job_env, mode):
     """Rank 0's NaN at step 2: both workers' sums of step 2 are NaN, and steps 3 and 4
     are finite, equal on both workers and (server mode, float32 pull) equal to what
     one-process stores of both ranks give, rank 0's having kept its residual through
-    the NaN. With a compressed pull the servers reply void rows, not a malformed reply."""
+    the NaN. With a compressed pull the servers reply void rows, not a malformed reply.
+    Last: every worker's gradient holds the NaN."""
     proc, _ = launch(job_env, 'nonfinite', extra=mode)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = [l for l in proc.stdout.splitlines() if ' ok checksum ' in l]
@@ -37,8 +39,10 @@ def test_nonfinite_gradient_voids_the_step_and_training_goes_on(job_env, mode):
     for step in (3, 4):
         sums = {l.split(' ok checksum ')[1] for l in lines if 'step %d ok' % step in l}
         assert len(sums) == 1, sums       # every worker pulled the same sum
-    assert 'non-finite gradient (NaN or Inf) on this worker (rank 0)' in proc.stderr, \
-        proc.stderr[-3000:]
+    for rank in mode[mode.index('--nan-ranks') + 1].split(',') if '--nan-ranks' in mode \
+            else ['0']:
+        assert 'non-finite gradient (NaN or Inf) on this worker (rank %s)' % rank \
+            in proc.stderr, proc.stderr[-3000:]
 
 
 def test_malformed_payload_is_rejected_and_server_survives(job_env):

@@ -28,7 +28,9 @@ def main():
                         required=True)
     parser.add_argument('--aggregation', default='server')
     parser.add_argument('--pull', default='float32')
+    parser.add_argument('--nan-ranks', default='0')
     args = parser.parse_args()
+    NAN_RANKS[:] = [int(r) for r in args.nan_ranks.split(',')]
     import mxnet as mx
     import kvstore_ext  # noqa: F401
     params = {'size_threshold': 10, 'aggregation': args.aggregation}
@@ -87,11 +89,14 @@ def main():
                 os.kill(pid, signal.SIGKILL)
 
 
+NAN_RANKS = [0]        # whose gradient holds a NaN at step 2 (--nan-ranks)
+
+
 def gradient(rank, step, shape):
-    """Rank's gradient at step; rank 0's holds a NaN at step 2."""
+    """Rank's gradient at step; at step 2 those of NAN_RANKS hold a NaN."""
     import mxnet as mx
     grad = np.random.default_rng([rank, step]).standard_normal(shape).astype(np.float32)
-    if rank == 0 and step == 2:
+    if rank in NAN_RANKS and step == 2:
         grad[3, 3] = np.nan
     return mx.nd.array(grad)
 
