@@ -482,7 +482,8 @@ class CompressedKVStore(KVStoreBase):
         arrays['__meta__'] = ndarray.array(
             np.frombuffer(json.dumps({'type': self.type, 'rank': self.rank,
                                       'params': self._scheme.params,
-                                      'stats': self._stats.state()}).encode(), np.uint8),
+                                      'stats': self._stats.state(),
+                                      'scheme': self._scheme.state()}).encode(), np.uint8),
             dtype=np.uint8)
         ndarray.save(fname, arrays)
 
@@ -500,4 +501,5 @@ class CompressedKVStore(KVStoreBase):
         self.set_gradient_compression(meta['params'])
         self._memory.restore(arrays)
         self._stats.restore(meta['stats'])
+        self._scheme.restore(meta.get('scheme'))
         self._restored = True

@@ -64,6 +64,14 @@ class Scheme:
         workers (a round through the transport; every worker must call it as often and
         with the same shape); a worker that should not contribute passes zeros."""
 
+    def state(self):
+        """What the policy decided from measurements and must survive a checkpoint
+        (JSON-serialisable, saved with the compression state); None: nothing."""
+        return None
+
+    def restore(self, state):
+        """Take back what ``state`` gave (None from files without it)."""
+
     @staticmethod
     def uncompressed(shape, dtype):
         """Codec for tensors the scheme leaves alone: float32 pass-through."""
