@@ -36,15 +36,15 @@ of the bundled MNIST runs at 4 workers (bench/promise.py), L-GreCo's "once per e
 The first ``adjust_freq`` steps use the default rank. ``window`` (10, as the paper)
 must not exceed ``adjust_freq``.
 
-Not checkpointed: the measurement and the choice. A resumed store runs the default
-ranks until its next re-plan (left for later).
+Checkpoints keep the ranks in force (``state``), not a measurement in progress: after
+a resume the next re-plan measures only the steps of its window taken since.
 """
 import numpy as np
 
 from .powersgd import PowerSGD
 from .. import chunking, knapsack
 from ..codecs.powersgd import PowerSGDCodec
-from ..memory import file_key
+from ..memory import file_key, parse_file_key
 from ..params import Param
 
 FACTORS = (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -184,3 +184,14 @@ class LGreCo(PowerSGD):
             choice[key] = r
         self._choice = choice
         self.history.append((step, dict(choice)))
+
+    # -- checkpoints ------------------------------------------------------------------
+    def state(self):
+        """The ranks in force (every worker holds the same), saved with checkpoints. A
+        measurement in progress is not saved: after a resume the next re-plan measures
+        the steps of its window taken since."""
+        return {'choice': {file_key(k): r for k, r in self._choice.items()}}
+
+    def restore(self, state):
+        if state:
+            self._choice = {parse_file_key(k): int(r) for k, r in state['choice'].items()}
