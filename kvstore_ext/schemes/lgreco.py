@@ -31,8 +31,9 @@ tensor. The policy, per ``adjust_freq`` steps:
 the tensor in every chunk is left out for that layer; a layer PowerSGD leaves
 uncompressed at the default rank (1-D, small, not 2x smaller) stays uncompressed.
 
-**adjust_freq** default 32 steps: the store counts steps, not epochs; 32 is one epoch
-of the bundled MNIST runs at 4 workers (bench/promise.py), L-GreCo's "once per epoch".
+**adjust_freq** default 32 steps: the store counts steps, not epochs; 32 is about one
+epoch of the bundled MNIST runs at 4 workers (31 steps; bench/promise.py), L-GreCo's
+"once per epoch".
 The first ``adjust_freq`` steps use the default rank. ``window`` (10, as the paper)
 must not exceed ``adjust_freq``.
 
