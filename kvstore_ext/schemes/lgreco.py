@@ -40,6 +40,8 @@ must not exceed ``adjust_freq``.
 Checkpoints keep the ranks in force (``state``), not a measurement in progress: after
 a resume the next re-plan measures only the steps of its window taken since.
 """
+import logging
+
 import numpy as np
 
 from .powersgd import PowerSGD
@@ -49,6 +51,7 @@ from ..memory import file_key, parse_file_key
 from ..params import Param
 
 FACTORS = (0.5, 0.75, 1.0, 1.5, 2.0)
+log = logging.getLogger('kvstore_ext')
 
 
 def candidate_ranks(rank):
@@ -185,6 +188,8 @@ class LGreCo(PowerSGD):
             choice[key] = r
         self._choice = choice
         self.history.append((step, dict(choice)))
+        log.info('L-GreCo at step %d: ranks %s', step,
+                 ', '.join('%s: %d' % (k, choice[k]) for k in keys))
 
     # -- checkpoints ------------------------------------------------------------------
     def state(self):
