@@ -107,6 +107,7 @@ class CompressedKVStore(KVStoreBase):
         self._memory = StateMemory()
         self._restored = False      # state came from a file: check it when keys are planned
         self._stats = CommStats()
+        self._settled = 0           # the last step at which the scheme settled (settle)
 
     # -- identity -------------------------------------------------------------------
     @property
@@ -214,6 +215,8 @@ class CompressedKVStore(KVStoreBase):
             state.checked = (tuple(values), tuple(outs))
         step = self._stats.pushes(key)
         if state.codec is None or (step and self._scheme.replans_at(step)):
+            if step and step > self._settled:
+                self._settle(step)
             self._plan(state, step)
         if state.plain:
             if state.flush is not None:
@@ -227,6 +230,9 @@ class CompressedKVStore(KVStoreBase):
         if state.flush is not None:
             grad = grad + state.flush.as_in_context(grad.context)
             state.flush = None
+        if self._scheme.observes(key, step, self.rank):
+            self._scheme.observe(key, grad + state.residual if state.residual is not None
+                                 else grad.copy(), step)
         target = outs[0] if outs[0].dtype == np.float32 and outs[0].context == cpu() else None
         summed, pushed, pulled = self._exchange_step(state, grad, step, target)
         self._stats.record(key, state.raw_bytes, pushed, pulled)
@@ -367,10 +373,25 @@ class CompressedKVStore(KVStoreBase):
             cs.adopt_shared(s)
         return [ndarray.full(c.codec.shape, np.nan, dtype=np.float32) for c in state.chunks]
 
+    def _settle(self, step):
+        """The scheme settles what its re-plans at ``step`` depend on (Scheme.settle),
+        once per step, when the first key reaches it: every worker pushes its keys in
+        the same order, so every worker gets here at the same point. Its rounds go
+        through the transport under a key no user key can be (a tuple)."""
+        self._settled = step
+
+        def share(array):
+            from .rounds import Sum
+            results, _, _ = self._transport.exchange(
+                ('__scheme__', 'settle'), [(0, Sum('settle', array))])
+            return results[0]
+
+        self._scheme.settle(step, self.rank, share)
+
     def _plan(self, state, step):
         """Codec, chunks and chunk states of a key: at its first pushpull, and again
         when the scheme re-plans (a codec that encodes the same is kept)."""
-        codec = self._scheme.codec_for(state.shape, state.dtype, step=step)
+        codec = self._scheme.codec_for_key(state.key, state.shape, state.dtype, step=step)
         previous = state.codec
         if previous is not None and codec.same_as(previous):
             return
@@ -464,7 +485,8 @@ class CompressedKVStore(KVStoreBase):
         arrays['__meta__'] = ndarray.array(
             np.frombuffer(json.dumps({'type': self.type, 'rank': self.rank,
                                       'params': self._scheme.params,
-                                      'stats': self._stats.state()}).encode(), np.uint8),
+                                      'stats': self._stats.state(),
+                                      'scheme': self._scheme.state()}).encode(), np.uint8),
             dtype=np.uint8)
         ndarray.save(fname, arrays)
         self._transport.save_server_state(fname + SERVERS_SUFFIX)
@@ -484,4 +506,5 @@ class CompressedKVStore(KVStoreBase):
         self._memory.restore(arrays)
         self._transport.restore_server_state(fname + SERVERS_SUFFIX)
         self._stats.restore(meta['stats'])
+        self._scheme.restore(meta.get('scheme'))
         self._restored = True

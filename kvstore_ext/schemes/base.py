@@ -38,6 +38,40 @@ class Scheme:
         (warm-up, layer-wise adaptation)."""
         return False
 
+    # -- policies that depend on measurements (layer-wise adaptation) ---------------
+    # The store calls these; the defaults do nothing, so a scheme that chooses by
+    # shape alone implements only ``codec_for``.
+    def codec_for_key(self, key, shape, dtype, step=0):
+        """The codec of kvstore key ``key``: what the store asks. A policy that gives
+        layers of the same shape different codecs overrides this; by default the
+        choice depends on the shape only (``codec_for``)."""
+        return self.codec_for(shape, dtype, step=step)
+
+    def observes(self, key, step, rank):
+        """True if the scheme wants to see ``key``'s error-compensated gradient at
+        ``step`` on the worker of ``rank`` (``observe``); the store forms it only then."""
+        return False
+
+    def observe(self, key, acc, step):
+        """``acc``: the key's gradient (summed over this worker's devices) plus its
+        residual, before this step encodes it (a fresh float32 array, the scheme's to
+        keep)."""
+
+    def settle(self, step, rank, share):
+        """Called once at every ``step`` where ``replans_at`` holds, on every worker,
+        before the first key is re-planned: the scheme may settle what its plans
+        depend on. ``share(array)`` returns the float32 sum of ``array`` over the
+        workers (a round through the transport; every worker must call it as often and
+        with the same shape); a worker that should not contribute passes zeros."""
+
+    def state(self):
+        """What the policy decided from measurements and must survive a checkpoint
+        (JSON-serialisable, saved with the compression state); None: nothing."""
+        return None
+
+    def restore(self, state):
+        """Take back what ``state`` gave (None from files without it)."""
+
     @staticmethod
     def uncompressed(shape, dtype):
         """Codec for tensors the scheme leaves alone: float32 pass-through."""

@@ -1,0 +1,230 @@
+"""dist_sync_lgreco: L-GreCo's choice of PowerSGD ranks, in one process and in a real
+2-worker ps-lite job.
+
+The test recomputes the policy on its own: the error-compensated gradients it fed
+(gradient + the residual the store held before the step), their sum over the window,
+the best rank-c errors chunk by chunk from NumPy's SVD, and the cheapest combination
+of ranks by brute force under the discretised budget of the default rank.
+"""
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+import mxnet as mx
+
+import kvstore_ext  # noqa: F401
+from kvstore_ext import chunking
+from kvstore_ext.codecs import PowerSGDCodec
+from kvstore_ext.memory import ChunkState
+from kvstore_ext.schemes.lgreco import LGreCo, candidate_ranks
+
+from test_powersgd import run_workers
+from test_dist_aggregate import JOB, launch
+
+f32 = np.float32
+SHAPES = {'a': (96, 400), 'b': (60, 90), 'c': (40, 30, 3), 'bias': (40,)}
+PARAMS = {'size_threshold': 0, 'chunk_size': 12800, 'adjust_freq': 4, 'window': 3}
+
+
+def gradient(key, step):
+    """Layers of different character: 'a' (large) nearly rank 2, 'b' (small) a steep
+    spectrum on a fixed basis, 'c' noise: their errors fall differently with the rank,
+    so that the cheapest ranks within the default's total error are not all 4."""
+    rng = np.random.default_rng([step, sorted(SHAPES).index(key)])
+    shape = SHAPES[key]
+    fixed = np.random.default_rng(99)
+    if key == 'a':
+        low = fixed.standard_normal((96, 2)) @ fixed.standard_normal((2, 400))
+        return (low + 0.05 * rng.standard_normal(shape)).astype(f32)
+    if key == 'b':
+        u = np.linalg.qr(fixed.standard_normal((60, 60)))[0]
+        v = np.linalg.qr(fixed.standard_normal((90, 60)))[0]
+        spectrum = 30 * 0.6 ** np.arange(60) * (1 + 0.1 * rng.standard_normal(60))
+        return ((u * spectrum) @ v.T).astype(f32)
+    return rng.standard_normal(shape).astype(f32)
+
+
+def expected_choice(scheme, sums, shapes=SHAPES):
+    """{key: rank} the policy must pick for these summed compensated gradients."""
+    keys = sorted(sums)
+    table = []
+    for key in keys:
+        rows = shapes[key][0]
+        m = sums[key].reshape(rows, -1)
+        options = []
+        for r in candidate_ranks(scheme.params['rank']):
+            codec = PowerSGDCodec(shapes[key], r)
+            chunks = chunking.split(codec, scheme.params['chunk_size'])
+            if not all(c.codec.compressible() for c in chunks):
+                continue
+            err2 = size = 0
+            for c in chunks:
+                s = np.linalg.svd(m[c.start:c.stop], compute_uv=False)
+                err2 += (s[r:] ** 2).sum()
+                size += r * (c.codec.rows + c.codec.cols)
+            options.append((r, np.sqrt(err2), size))
+        table.append(options)
+    default = scheme.params['rank']
+    budget = sum(e for options in table for r, e, _ in options if r == default)
+    width = budget / scheme.params['buckets']
+    best = None
+    for combo in itertools.product(*table):
+        used = sum(int(np.floor(e / width * (1 + 1e-12))) for _, e, _ in combo)
+        if used > scheme.params['buckets']:
+            continue
+        cost = (sum(s for _, _, s in combo), used)
+        if best is None or cost < best[0]:
+            best = (cost, {k: r for k, (r, _, _) in zip(keys, combo)})
+    return best[1]
+
+
+def ranks_of(kv, key):
+    """The rank of every chunk of a key (None: uncompressed)."""
+    state = kv._keys[key]
+    return {getattr(c.codec, 'rank', None) for c in state.chunks}
+
+
+def test_candidates_and_schedule():
+    assert candidate_ranks(4) == [2, 3, 4, 6, 8]
+    assert candidate_ranks(1) == [1, 2]
+    with pytest.raises(ValueError):
+        LGreCo(adjust_freq=4, window=5)
+    scheme = LGreCo(adjust_freq=8, window=3)
+    scheme.codec_for_key('w', (512, 784), f32)
+    assert [s for s in range(20) if scheme.replans_at(s)] == [8, 16]
+    assert [s for s in range(20) if scheme.observes('w', s, 0)] == [5, 6, 7, 13, 14, 15]
+    assert not any(scheme.observes('w', s, 1) for s in range(20))     # rank 0 measures
+    assert not scheme.observes('other', 7, 0)                          # not a layer
+    assert LGreCo().params['adjust_freq'] == 32
+
+
+def test_policy_picks_the_knapsack_ranks():
+    """Over three re-plans: the ranks are the recomputed optimum, every chunk of a key
+    has its key's rank, plans change only at multiples of adjust_freq, a Q whose rank
+    changed starts afresh from the seeded Gaussian, and error feedback loses nothing
+    across re-plans (what came back + the residual = the gradients)."""
+    kv = mx.kv.create('dist_sync_lgreco')
+    kv.set_gradient_compression(PARAMS)
+    scheme = kv.scheme
+    sums, sent, total, plans, changed = {}, {}, {}, [], 0
+    for step in range(13):
+        if step and step % 4 == 0:
+            want = expected_choice(scheme, sums)
+            sums = {}
+        for key in SHAPES:
+            grad = gradient(key, step)
+            state = kv._keys.get(key)
+            before = state.residual.asnumpy() if state is not None and \
+                state.residual is not None else np.zeros(SHAPES[key], f32)
+            if key != 'bias' and step % 4 >= 1:
+                sums[key] = sums.get(key, 0) + (grad + before).astype(np.float64)
+            old_rank = ranks_of(kv, key) if state is not None else None
+            if step and step % 4 == 0 and key == 'a':
+                # what fresh codecs of the chosen rank (no Q yet) do with this residual
+                fresh = PowerSGDCodec(SHAPES[key], want[key])
+                fresh_out = np.concatenate([run_workers(
+                    c.codec, [grad[c.start:c.stop]],
+                    [ChunkState(mx.nd.array(before[c.start:c.stop]), {}, '0.')])[0].asnumpy()
+                    for c in chunking.split(fresh, PARAMS['chunk_size'])])
+            value = mx.nd.array(grad)
+            kv.pushpull(key, value)
+            out = value.asnumpy()
+            sent[key] = sent.get(key, 0) + out.astype(np.float64)
+            total[key] = total.get(key, 0) + grad.astype(np.float64)
+            if key == 'bias':
+                assert ranks_of(kv, key) == {None}
+                continue
+            ranks = ranks_of(kv, key)
+            assert len(ranks) == 1                       # every chunk the same rank
+            if step and step % 4 == 0:
+                assert ranks == {want[key]}, (step, key, ranks, want)
+                q_shapes = {s.get('Q').shape for s in kv._keys[key].chunk_states}
+                assert q_shapes == {(int(np.prod(SHAPES[key][1:])), want[key])}
+                if key == 'a' and ranks != old_rank:
+                    changed += 1
+                    np.testing.assert_allclose(out, fresh_out, rtol=1e-5, atol=1e-5)
+            elif step:
+                assert ranks == old_rank                 # no change between re-plans
+        plans.append(kv.codec_plan())
+        for key in SHAPES:
+            res = kv._keys[key].residual
+            held = res.asnumpy() if res is not None else 0
+            np.testing.assert_allclose(sent[key] + held, total[key], rtol=1e-4, atol=1e-3)
+    assert plans[0]['a'] == 'powersgd rank 4 of 96 x 400' and len(kv._keys['a'].chunks) == 3
+    assert [s for s, _ in scheme.history] == [4, 8, 12]
+    assert changed >= 1                          # 'a' (nearly rank 2) left rank 4
+    assert any(plans[4][k] != plans[0][k] for k in ('a', 'b', 'c'))
+
+
+DIST_PARAMS = {'size_threshold': 100, 'chunk_size': 4096, 'adjust_freq': 2, 'window': 2}
+LGRECO_JOB = os.path.join(os.path.dirname(JOB), 'lgreco_job.py')
+
+
+def test_dist_two_workers_agree(tmp_path, job_env):
+    """A real job, 2 workers and 1 server: every worker re-plans at the same steps to
+    the same ranks, the ranks are those rank 0's own measurement gives (not all the
+    default: the other worker could not have guessed them), and the workers pull
+    bit-identical sums."""
+    import lgreco_job as lj
+    workers, steps = 2, 5
+    launch(tmp_path, job_env, workers, 1, [LGRECO_JOB, '--kvstore', 'dist_sync_lgreco',
+                                           '--params', json.dumps(DIST_PARAMS),
+                                           '--steps', str(steps), '--out', str(tmp_path)])
+    runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
+    infos = [json.load(open(str(tmp_path / ('rank%d.json' % w)))) for w in range(workers)]
+    for step in range(steps):
+        assert infos[0]['plans'][str(step)] == infos[1]['plans'][str(step)], step
+        for key in lj.SHAPES:
+            a, b = (run['out/%s/%d' % (key, step)] for run in runs)
+            assert np.array_equal(a, b), 'workers pulled different sums: %s %d' % (key, step)
+    scheme = LGreCo(**DIST_PARAMS)
+    layers = sorted(k for k, s in lj.SHAPES.items()
+                    if isinstance(scheme.codec_for(s, f32), PowerSGDCodec))
+    assert layers == ['a', 'b', 'c']
+    moved = 0
+    for replan in (2, 4):
+        sums = {}
+        for key in layers:
+            for step in (replan - 2, replan - 1):      # rank 0's compensated gradients
+                grad = lj.gradient(0, step, key, 0) + lj.gradient(0, step, key, 1)
+                res = runs[0]['res/%s/%d' % (key, step - 1)] if step else 0
+                sums[key] = sums.get(key, 0) + (grad + res).astype(np.float64)
+        want = expected_choice(scheme, sums, lj.SHAPES)
+        moved += sum(want[k] != scheme.params['rank'] for k in layers)
+        for key in layers:
+            got = infos[0]['plans'][str(replan)][key]
+            assert got.startswith('powersgd rank %d of' % want[key]), (replan, key, got)
+            if replan + 1 < steps:                      # kept until the next re-plan
+                assert infos[0]['plans'][str(replan + 1)][key] == got
+    assert moved > 0
+    assert infos[0]['plans']['1'] == infos[0]['plans']['0']
+
+
+def test_ranks_survive_a_checkpoint(tmp_path):
+    """A store resumed after a re-plan keeps the chosen ranks and continues bit for bit
+    (window 1: the next re-plan's measurement is taken after the resume)."""
+    params = dict(PARAMS, adjust_freq=2, window=1)
+    kv = mx.kv.create('dist_sync_lgreco')
+    kv.set_gradient_compression(params)
+
+    def run(store, steps):
+        outs = []
+        for step in steps:
+            for key in SHAPES:
+                value = mx.nd.array(gradient(key, step))
+                store.pushpull(key, value)
+                outs.append(value.asnumpy())
+        return outs
+
+    run(kv, range(3))
+    assert kv.scheme.history and any(r != 4 for r in kv.scheme.history[-1][1].values())
+    path = str(tmp_path / 'state.kvx')
+    kv.save_compression_state(path)
+    resumed = mx.kv.create('dist_sync_lgreco')
+    resumed.load_compression_state(path)
+    a, b = run(kv, range(3, 6)), run(resumed, range(3, 6))
+    assert resumed.codec_plan() == kv.codec_plan()
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
