@@ -186,6 +186,7 @@ def test_fc_ternary_matches_reference():
 
 @pytest.mark.parametrize('params, shape', [
     ({'size_threshold': 1, 'conv_rate': 0.1}, (20, 8, 3, 3)),
+    ({'size_threshold': 1, 'conv_rate': 0.1, 'conv_warmup_steps': 8}, (20, 8, 3, 3)),
     ({'size_threshold': 1}, (40, 30)),
 ])
 def test_error_feedback_invariant(params, shape):
@@ -489,3 +490,42 @@ def test_warmup_steps_send_float32_then_compress():
     assert plan.startswith('ternary'), plan
     stats = kv.comm_stats()
     assert stats['push_bytes'] < stats['raw_bytes'] * 0.6     # two of four steps compressed
+
+
+def test_conv_warmup_decays_the_rate_exponentially():
+    """conv_warmup_steps: the conv rate goes from 1 (float32) to its target as
+    target ** (step / N), re-planned every warm-up step; FC tensors are not affected."""
+    from kvstore_ext.schemes import Hylo
+    scheme = Hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4)
+    shape = (16, 4, 3, 3)
+    assert [scheme.conv_k(shape, s) for s in range(7)] == [16, 12, 8, 6, 4, 4, 4]
+    assert [scheme.replans_at(s) for s in range(7)] == [False] + [True] * 4 + [False] * 2
+    assert scheme.codec_for(shape, np.float32, step=0).describe() == 'fp32'
+    assert scheme.codec_for(shape, np.float32, step=2).describe() == 'top 8 of 16 filters'
+    assert scheme.codec_for((40, 30), np.float32, step=0).describe().startswith('ternary')
+    # after a dense warm-up (warmup_steps), the conv warm-up starts where it ends
+    both = Hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4, warmup_steps=2)
+    assert [both.conv_k(shape, s) for s in range(2, 9)] == [16, 12, 8, 6, 4, 4, 4]
+    assert [both.replans_at(s) for s in range(8)] == [False, False] + [True] * 5 + [False]
+    assert not any(Hylo().replans_at(s) for s in range(50))
+
+
+def test_conv_warmup_in_the_store():
+    """The first step is exact (float32); later steps send fewer filters, the residual
+    carried across the re-plans."""
+    kv = hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4)
+    shape = (16, 4, 3, 3)
+    sent, total, pushed = np.zeros(shape), np.zeros(shape), []
+    for s in range(6):
+        g = rand(shape, 50 + s)
+        out = mx.nd.array(g)
+        before = kv.comm_stats()['push_bytes'] if s else 0
+        kv.pushpull('conv', out)
+        pushed.append(kv.comm_stats()['push_bytes'] - before)
+        total, sent = total + g, sent + out.asnumpy()
+        if s == 0:
+            assert np.array_equal(out.asnumpy(), g)
+    assert pushed[1] > pushed[2] > pushed[3] > pushed[4] == pushed[5]
+    assert kv.codec_plan()['conv'] == 'top 4 of 16 filters'
+    residual = kv._keys['conv'].residual.asnumpy()
+    np.testing.assert_allclose(sent + residual, total, rtol=1e-4, atol=1e-4)
