@@ -122,6 +122,28 @@ def ipc_path(port):
     return os.path.join(IPC_DIR, str(port))
 
 
+def reserve_ports(count, host=LOOPBACK):
+    """``count`` distinct TCP ports, held (bound, not listening) by this process until
+    their sockets are closed, whose ``/tmp/<port>`` does not exist.
+
+    Why: with DMLC_LOCAL a ps-lite node binds ``ipc:///tmp/<port>`` at a port it picks
+    by binding TCP port 0 and letting go (ps-lite's GetAvailablePort); nothing holds
+    that number in TCP any more, so two nodes (or a node and the scheduler's root
+    port, which the launcher has just let go of) can draw the same one, and ZeroMQ then
+    silently takes the other's socket file (a CI run met it: ``Check failed:
+    is_scheduler_``, a worker bound the scheduler's port). The launcher gives every
+    node its own reserved port instead (PORT, which ps-lite takes as the node's port)."""
+    held = []
+    while len(held) < count:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((host, 0))
+        if os.path.exists(ipc_path(sock.getsockname()[1])):
+            sock.close()
+            continue
+        held.append(sock)
+    return held
+
+
 def remove_stale_ipc_sockets(since):
     """Unlink the IPC socket files made since ``since`` (epoch seconds) that nobody
     listens on any more: a node killed by a signal leaves its file behind."""
@@ -670,7 +692,9 @@ Output lines are prefixed "[worker 1] ", "[server 0] ", "[scheduler] ".
 Labels are launch indices; ps-lite assigns kv.rank independently. A worker that
 announces its kv.rank (the training scripts do: kvstore_ext.launch.announce_rank)
 is labelled "[rank R] " from then on, after a line "[launch] worker N is kv.rank R".
-PORT is removed because ps-lite takes it as each node's own port.
+PORT is removed because ps-lite takes it as each node's own port; with --transport
+ipc each server and worker gets PORT = a port the launcher holds for the job, so that
+no two nodes name the same /tmp/<port> socket.
 
 MXNet's own tools/launch.py on Python >= 3.9 (isAlive fix, loopback for local):
   python -c 'import kvstore_ext.launch as L; L.run_mxnet_tools_launch()' \\
@@ -749,15 +773,22 @@ def job_specs(args):
     if args.launcher == 'local':
         server = (shlex.split(args.server_command) if args.server_command
                   else [sys.executable, '-c', 'import mxnet'])
-        port = args.port or free_port(LOOPBACK)
         env = dict(args.env)
         if args.transport == 'ipc':
             env['DMLC_LOCAL'] = '1'
+            args.reserved = reserve_ports(1 + args.num_workers + args.num_servers)
+            ports = [sock.getsockname()[1] for sock in args.reserved]
+            port = args.port or ports[0]
+        else:
+            port = args.port or free_port(LOOPBACK)
         nodes = local_nodes(args.num_workers, args.num_servers, args.command, server,
                             port, env)
         if args.transport == 'tcp':
             for node in nodes:
                 node.env.pop('DMLC_LOCAL', None)
+        else:
+            for node, own in zip(nodes[1:], ports[1:]):     # servers and workers
+                node.env['PORT'] = str(own)
         return in_namespaces(nodes, prefix_placement(args.netns_prefix)) \
             if args.netns_prefix else nodes
     server = shlex.split(args.server_command) if args.server_command else args.command
@@ -780,6 +811,8 @@ def main(argv=None):
     try:
         return run_job(specs, timeout=args.timeout, keep_stdin=args.launcher == 'ssh')
     finally:
+        for sock in getattr(args, 'reserved', ()):
+            sock.close()
         if args.transport == 'ipc':
             remove_stale_ipc_sockets(started)
 

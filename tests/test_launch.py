@@ -197,13 +197,25 @@ def test_launcher_sigkill_takes_nodes_along(job_env):
     # the job_env fixture checks that scheduler, server and workers died with it
 
 
-def test_port_in_environment_is_removed(job_env):
+@pytest.mark.parametrize('transport', ['ipc', 'tcp'])
+def test_port_in_environment_is_removed(job_env, transport):
+    """The user's PORT never reaches a node (a node would claim the scheduler's port).
+    tcp: nodes get no PORT (ps-lite picks a free one and holds it); ipc: each gets its
+    own port, which the launcher holds for the job, so that no two nodes (nor a node
+    and the scheduler) draw the same socket file."""
     port = launch.free_port()
     job_env['PORT'] = str(port)     # the trap: a node claiming the scheduler's port
     code, out, err, _ = run_launcher(
-        ['-n', '2', '-s', '1', '--port', str(port)] + kv_job('--expect-no-port'), job_env)
+        ['-n', '3', '-s', '1', '--port', str(port), '--transport', transport]
+        + kv_job('--print-port'), job_env)
     assert code == 0, err[-3000:]
-    assert out.count(' of 2 ok') == 2
+    assert out.count(' of 3 ok') == 3
+    ports = re.findall(r'own port (\w+)', out)
+    assert len(ports) == 3 and str(port) not in ports, ports
+    if transport == 'tcp':
+        assert ports == ['none'] * 3
+    else:
+        assert len(set(ports)) == 3 and 'none' not in ports
 
 
 ANNOUNCE = os.path.join(SCRIPTS, 'announce_rank.py')
@@ -346,10 +358,11 @@ def test_mxnet_tools_launch_with_fix(job_env, how):
     job_env['PORT'] = '9999'
     done = subprocess.run(
         fix + ['-n', '2', '-s', '1', '--launcher', 'local']
-        + kv_job('--expect-no-port', '--print-env'),
+        + kv_job('--print-port', '--print-env'),
         env=job_env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count(' of 2 ok') == 2, done.stdout + done.stderr[-3000:]
+    assert done.stdout.count('own port none') == 2, done.stdout   # PORT=9999 removed
     assert done.stdout.count('env DMLC_PS_ROOT_URI=127.0.0.1 DMLC_NODE_HOST=127.0.0.1') == 2
 
 

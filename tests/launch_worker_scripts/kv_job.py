@@ -6,7 +6,7 @@ pulls; the sum must be key * (round + 1) * n (n + 1) / 2 exactly. Options:
   --crash-worker I    the worker with DMLC_WORKER_ID I calls os._exit(3) after
                       round 0, while the others block in round 1
   --hang              after round 0, print 'ready' and sleep (a hung job)
-  --expect-no-port    fail if PORT is in the environment
+  --print-port        print the node's PORT (ps-lite's own port of the node), or none
   --print-env         print the node's DMLC_PS_ROOT_URI and DMLC_NODE_HOST
   --count-listeners   after the rounds, print how many TCP sockets the job's processes
                       (found in /proc by the job's root port) listen on, and the
@@ -28,12 +28,12 @@ def main():
     parser.add_argument('--rounds', type=int, default=2)
     parser.add_argument('--crash-worker', type=int)
     parser.add_argument('--hang', action='store_true')
-    parser.add_argument('--expect-no-port', action='store_true')
+    parser.add_argument('--print-port', action='store_true')
     parser.add_argument('--print-env', action='store_true')
     parser.add_argument('--count-listeners', action='store_true')
     args = parser.parse_args()
-    if args.expect_no_port and 'PORT' in os.environ:
-        sys.exit('PORT leaked into the worker: %s' % os.environ['PORT'])
+    if args.print_port:
+        print('own port %s' % os.environ.get('PORT', 'none'), flush=True)
     if args.print_env:
         print('env DMLC_PS_ROOT_URI=%s DMLC_NODE_HOST=%s' % (
             os.environ.get('DMLC_PS_ROOT_URI'), os.environ.get('DMLC_NODE_HOST')), flush=True)
