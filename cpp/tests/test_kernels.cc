@@ -1092,6 +1092,45 @@ void test_adacomp_nonfinite() {
   }
 }
 
+// Decodes p with both decoders of the codec `id` (its codec-table row): they return the
+// same status; a failing decode zeroes its output, a failing decode_add leaves acc alone.
+int decode_both(float id, const Floats& p, int64_t n) {
+  const kvx::CodecSpec* spec = kvx::find_codec(id);
+  Floats out(n, 7.0f);
+  const int status = spec->decode(p.data(), p.size(), n, out.data());
+  if (status != kvx::kOk) CHECK(all_zero(out));
+  Floats acc(n, 1.0f);
+  CHECK_EQ(spec->decode_add(p.data(), p.size(), n, acc.data()), status);
+  if (status != kvx::kOk) CHECK(same_bits(acc, Floats(n, 1.0f)));
+  return status;
+}
+
+Floats with_word(Floats p, size_t at, float v) {
+  p[at] = v;
+  return p;
+}
+
+// The servers' dispatch of a good and a bad payload, each in a slot of slot_words: the
+// bad worker's status is reported and the sum is all NaN (the round failed for every
+// worker); the good slot alone sums to what the codec decodes.
+void check_dispatch(float id, const Floats& good, const Floats& bad, size_t slot_words,
+                    int64_t n, int bad_status) {
+  Floats slots(2 * slot_words, 5.0f);
+  std::copy(good.begin(), good.end(), slots.begin());
+  std::copy(bad.begin(), bad.end(), slots.begin() + slot_words);
+  Floats sum(n), status(2);
+  CHECK_EQ(kvx::decode_slots(slots.data(), 2, slot_words, sum.data(), n, status.data()),
+           bad_status);
+  CHECK_EQ(status[0], 0.0f);
+  CHECK_EQ(status[1], static_cast<float>(bad_status));
+  CHECK(std::all_of(sum.begin(), sum.end(), [](float x) { return std::isnan(x); }));
+  Floats one(n);
+  CHECK_EQ(kvx::find_codec(id)->decode(good.data(), good.size(), n, one.data()), kvx::kOk);
+  CHECK_EQ(kvx::decode_slots(slots.data(), 1, slot_words, sum.data(), n, status.data()),
+           kvx::kOk);
+  CHECK(same_bits(sum, one));
+}
+
 void test_adacomp_malformed() {
   g_test = "adacomp_malformed";
   const int64_t n = 40;
@@ -1099,20 +1138,8 @@ void test_adacomp_malformed() {
   CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), n, 10, n, slot.data()), kvx::kOk);
   const Floats good = adacomp_trim(slot);
   CHECK(good.size() >= kHeaderWords + 3);
-  auto decode = [&](const Floats& p) {
-    Floats out(n, 7.0f);
-    const int status = kvx::adacomp_decode(p.data(), p.size(), n, out.data());
-    if (status != kvx::kOk) CHECK(all_zero(out));
-    Floats acc(n, 1.0f);
-    CHECK_EQ(kvx::adacomp_decode_add(p.data(), p.size(), n, acc.data()), status);
-    if (status != kvx::kOk) CHECK(same_bits(acc, Floats(n, 1.0f)));
-    return status;
-  };
-  auto with = [&](size_t at, float v) {
-    Floats p = good;
-    p[at] = v;
-    return p;
-  };
+  auto decode = [&](const Floats& p) { return decode_both(kvx::kCodecAdacomp, p, n); };
+  auto with = [&](size_t at, float v) { return with_word(good, at, v); };
   CHECK_EQ(decode(good), kvx::kOk);
   CHECK_EQ(decode(with(0, 1.0f)), kvx::kBadMagic);
   CHECK_EQ(decode(with(1, kvx::kCodecTopk)), kvx::kBadCodec);
@@ -1137,23 +1164,9 @@ void test_adacomp_malformed() {
   Floats swapped = good;
   std::swap(swapped[8], swapped[9]);
   CHECK_EQ(decode(swapped), kvx::kBadIndex);
-  // The servers' dispatch: an AdaComp slot (payload + padding) decodes by its header;
-  // a malformed one is reported, and the sum is all NaN (the round failed for all).
-  Floats slots(2 * slot.size(), 5.0f);
-  std::copy(good.begin(), good.end(), slots.begin());
-  Floats bad = with(8 + 1, 2.0f * n);
-  std::copy(bad.begin(), bad.end(), slots.begin() + slot.size());
-  Floats sum(n), status(2);
-  CHECK_EQ(kvx::decode_slots(slots.data(), 2, slot.size(), sum.data(), n, status.data()),
-           kvx::kBadIndex);
-  CHECK_EQ(status[0], 0.0f);
-  CHECK_EQ(status[1], static_cast<float>(kvx::kBadIndex));
-  Floats one(n);
-  CHECK_EQ(kvx::adacomp_decode(good.data(), good.size(), n, one.data()), kvx::kOk);
-  CHECK(std::all_of(sum.begin(), sum.end(), [](float x) { return std::isnan(x); }));
-  CHECK_EQ(kvx::decode_slots(slots.data(), 1, slot.size(), sum.data(), n, status.data()),
-           kvx::kOk);
-  CHECK(same_bits(sum, one));
+  // The servers' dispatch (payload + padding in a slot).
+  check_dispatch(kvx::kCodecAdacomp, good, with(8 + 1, 2.0f * n), slot.size(), n,
+                 kvx::kBadIndex);
 }
 
 // ---- element top-k ---------------------------------------------------------------------
@@ -1252,19 +1265,9 @@ void test_element_topk_malformed() {
   Floats g = randn(n, 8), r(n, 0.0f), good(kvx::element_topk_payload_words(n, 4));
   CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), n, 4, good.data()), kvx::kOk);
   auto decode = [&](const Floats& p) {
-    Floats out(n, 7.0f);
-    const int status = kvx::element_topk_decode(p.data(), p.size(), n, out.data());
-    if (status != kvx::kOk) CHECK(all_zero(out));
-    Floats acc(n, 1.0f);
-    CHECK_EQ(kvx::element_topk_decode_add(p.data(), p.size(), n, acc.data()), status);
-    if (status != kvx::kOk) CHECK(same_bits(acc, Floats(n, 1.0f)));
-    return status;
+    return decode_both(kvx::kCodecElementTopk, p, n);
   };
-  auto with = [&](size_t at, float v) {
-    Floats p = good;
-    p[at] = v;
-    return p;
-  };
+  auto with = [&](size_t at, float v) { return with_word(good, at, v); };
   CHECK_EQ(decode(good), kvx::kOk);
   CHECK_EQ(decode(with(0, 1.0f)), kvx::kBadMagic);
   CHECK_EQ(decode(with(1, kvx::kCodecAdacomp)), kvx::kBadCodec);
@@ -1288,22 +1291,9 @@ void test_element_topk_malformed() {
   Floats swapped = good;
   std::swap(swapped[8], swapped[10]);
   CHECK_EQ(decode(swapped), kvx::kBadIndex);
-  // The servers' dispatch: a malformed slot is reported, the good one still counts.
-  Floats slots(2 * good.size());
-  std::copy(good.begin(), good.end(), slots.begin());
-  Floats bad = with(10, 40.0f);
-  std::copy(bad.begin(), bad.end(), slots.begin() + good.size());
-  Floats sum(n), status(2);
-  CHECK_EQ(kvx::decode_slots(slots.data(), 2, good.size(), sum.data(), n, status.data()),
-           kvx::kBadIndex);
-  CHECK_EQ(status[0], 0.0f);
-  CHECK_EQ(status[1], static_cast<float>(kvx::kBadIndex));
-  Floats one(n);
-  CHECK_EQ(kvx::element_topk_decode(good.data(), good.size(), n, one.data()), kvx::kOk);
-  CHECK(std::all_of(sum.begin(), sum.end(), [](float x) { return std::isnan(x); }));
-  CHECK_EQ(kvx::decode_slots(slots.data(), 1, good.size(), sum.data(), n, status.data()),
-           kvx::kOk);
-  CHECK(same_bits(sum, one));
+  // The servers' dispatch.
+  check_dispatch(kvx::kCodecElementTopk, good, with(10, 40.0f), good.size(), n,
+                 kvx::kBadIndex);
 }
 
 }  // namespace
