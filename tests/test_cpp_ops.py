@@ -664,6 +664,23 @@ def assert_rejected(ops, codec, bad, n, status):
     assert same_bits(acc_nd.asnumpy(), acc)
 
 
+def assert_decode_slots(ops, slots, n, bad_word):
+    """The servers' decode_slots of every worker's payload (rows of ``slots``, n
+    elements) equals the reference's sum bit for bit; with word ``bad_word`` of the last
+    slot made an index beyond n, that worker is named and the sum is all NaN."""
+    workers = slots.shape[0]
+    total, status = ops.kvx_decode_slots(nd(slots), size=n + 9)
+    want, want_status = ref.decode_slots(slots, n + 9)
+    assert list(status.asnumpy()) == want_status == [0] * workers
+    assert same_bits(total.asnumpy(), want)
+    slots = slots.copy()
+    slots[workers - 1, bad_word] = 2.0 * n
+    total, status = ops.kvx_decode_slots(nd(slots), size=n)
+    assert list(status.asnumpy()) == ref.decode_slots(slots, n)[1]
+    assert status.asnumpy()[-1] == wire.BAD_INDEX
+    assert np.isnan(total.asnumpy()).all()
+
+
 # ---- attribute, dtype and shape validation ----------------------------------------------
 
 def _raises(fn):

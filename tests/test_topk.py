@@ -15,7 +15,8 @@ from kvx_ref import wire  # noqa: E402
 
 import mxnet as mx  # noqa: E402
 
-from test_cpp_ops import (KINDS, _set, assert_rejected, grad_residual, library_path, make, nd, ops,  # noqa: E402,F401
+from test_cpp_ops import (KINDS, _set, assert_decode_slots, assert_rejected, grad_residual,  # noqa: E402,F401
+                          library_path, make, nd, ops,
                           same_bits, status_of)
 
 f32 = np.float32
@@ -140,16 +141,7 @@ def test_decode_slots(ops, workers):
     rng = np.random.default_rng(workers)
     payloads = [ref.element_topk_encode(rng.standard_normal(shape).astype(f32),
                                         np.zeros(shape, f32), 17)[0] for _ in range(workers)]
-    slots = np.stack(payloads)
-    total, status = ops.kvx_decode_slots(nd(slots), size=n + 9)
-    want, want_status = ref.decode_slots(slots, n + 9)
-    assert list(status.asnumpy()) == want_status == [0] * workers
-    assert same_bits(total.asnumpy(), want)
-    # A malformed slot is named; the server goes on.
-    slots[workers - 1, 8] = 2.0 * n
-    _, status = ops.kvx_decode_slots(nd(slots), size=n)
-    assert list(status.asnumpy()) == ref.decode_slots(slots, n)[1]
-    assert status.asnumpy()[-1] == wire.BAD_INDEX
+    assert_decode_slots(ops, np.stack(payloads), n, bad_word=8)
 
 
 def test_invalid_attrs(ops):
