@@ -97,14 +97,10 @@ def parse_rank_line(line):
 # ---------------------------------------------------------------- environments
 
 def free_port(host=LOOPBACK):
-    """A port nobody listens on right now, for the scheduler (small race, as dmlc),
-    whose IPC socket file (``/tmp/<port>``) does not exist either."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
-        if not os.path.exists(ipc_path(port)):
-            return port
+    """A port nobody listens on right now, for the scheduler (small race, as dmlc)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 # ---------------------------------------------------- IPC: ps-lite over Unix sockets

@@ -57,6 +57,7 @@ class _Key:
         self.codec = self.chunks = self.residual = None
         self.chunk_states = ()
         self.plain = False
+        self.check_whole = None     # when a NaN is looked for before encoding (_plan)
         self.flush = None           # a residual a re-plan left over: sent with the next step
         self.stored = None          # what pull returns: init/broadcast value or last push's sum
         self.checked = ((), ())     # the arrays of the last pushpull, already checked
@@ -326,7 +327,7 @@ class CompressedKVStore(KVStoreBase):
             return results
 
         try:
-            if self._encodes_before_first_round(state, step):
+            if state.check_whole is not None and (state.check_whole or step == 0):
                 self._check_finite(state.key, grad)
             steps = [c.codec.step(c.view(grad), cs, self.num_workers, self.rank)
                      for c, cs in zip(state.chunks, state.chunk_states)]
@@ -335,17 +336,6 @@ class CompressedKVStore(KVStoreBase):
             parts = self._void_step(state, exchange)
         summed = chunking.assemble(state.chunks, parts, grad.shape, target)
         return summed, traffic[0], traffic[1]
-
-    def _encodes_before_first_round(self, state, step):
-        """True unless the key's step is one round of one chunk, whose encoder finds a
-        NaN before anything is exchanged or changed. A tensor of several chunks, or a
-        step with an earlier round (an agreement, PowerSGD's P), is checked whole
-        first: a NaN in the last chunk or found in a second round must leave every
-        state as it was."""
-        if state.residual is None and not state.codec.state_shapes():
-            return False
-        return (len(state.chunks) > 1 or step == 0
-                or len(state.codec.wire_words(self.num_workers)) > 1)
 
     def _void_step(self, state, exchange):
         """This worker's gradient of the key is non-finite: take part in the key's
@@ -407,6 +397,16 @@ class CompressedKVStore(KVStoreBase):
             # error feedback loses nothing: what the residual holds goes with the next step
             state.residual = None
             state.flush = self._memory.take_residual(state.key)
+        # A key whose step is one round of one chunk lets its encoder find a NaN before
+        # anything is exchanged or changed. A tensor of several chunks, or a step with
+        # an earlier round (an agreement, PowerSGD's P; a key's first step may run one
+        # the steady state does not) is checked whole first: a NaN in the last chunk,
+        # or found in a second round, must leave every state as it was. None: the key
+        # keeps no state, a NaN just reaches the sum.
+        state.check_whole = None
+        if state.residual is not None or codec.state_shapes():
+            state.check_whole = (len(state.chunks) > 1
+                                 or len(codec.wire_words(self.num_workers)) > 1)
         state.chunk_states = self._memory.chunk_states(
             state.key, state.chunks, state.residual,
             keep=previous is None or type(previous) is type(codec),

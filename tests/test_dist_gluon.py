@@ -9,8 +9,8 @@ spread dist_sync's final accuracy by 0.4-0.5 points (bench/results/accuracy.txt)
 difference of two single runs spreads by about 0.6. A CI run failed the old two-sided
 0.5-point bound with Hylo 0.95 points *above* dist_sync (97.5 vs 96.55). Within 0.5
 points is judged over seeds by bench/promise.py (docs/RESULTS.md section 7); this test
-catches a Hylo that trains worse than the noise (MXNet's 2-bit codec, for scale, loses
-38 points here).
+catches a Hylo that trains worse than the noise (for scale, MXNet's 2-bit codec lost
+38 points on this CNN in bench/results/accuracy.txt's 8-epoch run).
 
 The bound was 10x before the defaults changed for issue 9: a conv layer at the size
 threshold now sends 0.3 of its filters (was 0.1), which bought back the accuracy that short
