@@ -5,7 +5,8 @@ rounds, with error feedback and a warm-started Q.
 One step of one chunk, a ``rows x cols`` matrix view of the tensor (conv weights
 ``O x (I kh kw)``), numbered as in ``step`` (python/kvx_ref/powersgd.py is the spec):
 
-1. ``M = grad + residual`` (error feedback); NaN/Inf raises before anything is sent;
+1. ``M = grad + residual`` (error feedback); the store has checked the gradient for
+   NaN/Inf before the first round (a step of several rounds is checked whole);
 2. ``Q`` (cols x r, orthonormal): the previous step's (warm start, chunk state ``'Q'``,
    checkpointed) or, at the first step, a Gaussian drawn from a seed every worker shares;
 3. ``P = M Q``, summed over workers by a ``Sum('P')`` round (the stock server adds);
@@ -32,8 +33,6 @@ a low-rank problem of its own, with its own P, Q and rounds.
 import numpy as np
 
 from .base import Codec
-from ..errors import NonFiniteGradientError
-from ..ops import op
 from ..rounds import Sum, is_void, void_sum
 
 MIN_RATIO = 2     # a chunk is compressed only if its rank-r form is this much smaller
@@ -90,11 +89,10 @@ class PowerSGDCodec(Codec):
     def step(self, grad, state, num_workers, rank):
         from mxnet import ndarray
         # 1. error feedback
+        # (no NaN check here: the store checks a multi-round codec's gradient whole
+        # before its first round, store.check_whole, and the residual only ever takes
+        # values of a finite acc)
         acc = (grad + state.residual).reshape((self.rows, self.cols))
-        if int(op('kvx_finite_check')(acc.reshape((-1,))).asscalar()):
-            raise NonFiniteGradientError('gradient + residual holds non-finite values (NaN '
-                                         'or Inf); nothing was sent and the residual is '
-                                         'unchanged')
         # 2. warm start
         q = state.get('Q')
         if q is None:
