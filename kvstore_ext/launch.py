@@ -765,15 +765,17 @@ def parse_args(argv):
 
 
 def job_specs(args):
-    """NodeSpecs for the parsed command line."""
+    """(NodeSpecs for the parsed command line, sockets the job's ports are held by:
+    close them when the job has ended)."""
+    held = []
     if args.launcher == 'local':
         server = (shlex.split(args.server_command) if args.server_command
                   else [sys.executable, '-c', 'import mxnet'])
         env = dict(args.env)
         if args.transport == 'ipc':
             env['DMLC_LOCAL'] = '1'
-            args.reserved = reserve_ports(1 + args.num_workers + args.num_servers)
-            ports = [sock.getsockname()[1] for sock in args.reserved]
+            held = reserve_ports(1 + args.num_workers + args.num_servers)
+            ports = [sock.getsockname()[1] for sock in held]
             port = args.port or ports[0]
         else:
             port = args.port or free_port(LOOPBACK)
@@ -785,21 +787,22 @@ def job_specs(args):
         else:
             for node, own in zip(nodes[1:], ports[1:]):     # servers and workers
                 node.env['PORT'] = str(own)
-        return in_namespaces(nodes, prefix_placement(args.netns_prefix)) \
-            if args.netns_prefix else nodes
+        if args.netns_prefix:
+            nodes = in_namespaces(nodes, prefix_placement(args.netns_prefix))
+        return nodes, held
     server = shlex.split(args.server_command) if args.server_command else args.command
     port = args.port or free_port('')
     commands = ssh_commands(parse_hostfile(args.hostfile), args.num_workers,
                             args.num_servers, args.command, server,
                             resolve_host_ip(args.host_ip), port, args.env,
                             args.working_dir, args.ssh)
-    return ssh_nodes(commands)
+    return ssh_nodes(commands), held
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        specs = job_specs(args)
+        specs, held = job_specs(args)
     except RuntimeError as e:       # e.g. a --netns-prefix namespace without address
         say('cannot start the job: %s' % e)
         return 2
@@ -807,7 +810,7 @@ def main(argv=None):
     try:
         return run_job(specs, timeout=args.timeout, keep_stdin=args.launcher == 'ssh')
     finally:
-        for sock in getattr(args, 'reserved', ()):
+        for sock in held:
             sock.close()
         if args.transport == 'ipc':
             remove_stale_ipc_sockets(started)
