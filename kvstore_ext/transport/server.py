@@ -82,8 +82,13 @@ class ServerAggregator(Optimizer):
 
     def _restored_residual(self, index, size):
         """The residual a checkpoint saved for key ``index``, if any."""
-        path = os.path.join(self.restore, '%d.nd' % index) if self.restore else None
-        if path is None or not os.path.exists(path):
+        if not self.restore:
+            return None
+        path = os.path.join(self.restore, '%d.nd' % index)
+        if not os.path.exists(path):
+            # a cluster without a shared file system, servers moved (docs/LAUNCH.md)
+            log.warning('key %s: no saved server residual %s on this server; the key '
+                        'starts from a zero residual', index, path)
             return None
         from mxnet import ndarray
         residual = ndarray.load(path)[0]
