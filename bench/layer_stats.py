@@ -18,6 +18,14 @@ train_mnist.py's distributed runs (the sharding is simplified), so accuracies ar
 comparing variants within this tool; the distributed runs (bench/promise.py) are the
 evidence.
 
+Variants of the rule, to find out what a loss comes from before changing the codecs:
+``--compress conv|fc`` compresses one kind of layer only; ``--conv-select`` picks a
+worker's filters other than by the top-k of their norms (``age``: filters unsent for
+``--max-age`` steps first, then the top norms; ``score_age``: the top norm x steps since
+the worker last sent the filter; ``round_robin``: k filters in turn, whatever their
+norms); ``--momentum-correction`` is DGC's (the workers accumulate velocities, the
+optimizer applies plain SGD to the compressed layers' aggregate).
+
     python bench/layer_stats.py --model cnn512 --workers 4 --epochs 3 --json out.json
     python bench/layer_stats.py --variant dense        # no compression (reference)
 """
@@ -53,7 +61,26 @@ class Layer:
             self.k = min(max(math.ceil(conv_rate(int(np.prod(shape)), p) * shape[0]), 1),
                          shape[0])
             self.last_sent = np.zeros(shape[0])
+            self.worker_last_sent = [np.zeros(shape[0]) for _ in range(workers)]
         self.prev_agree = None
+
+    def select(self, w, scores, step):
+        """Worker ``w``'s k filters (sorted), by ``p['select']`` (see the module doc)."""
+        rule, age = self.p.get('select', 'topk'), step - self.worker_last_sent[w]
+        if rule == 'topk':
+            chosen = np.argsort(-scores, kind='stable')[:self.k]
+        elif rule == 'age':
+            overdue = np.flatnonzero(age >= self.p['max_age'])
+            overdue = overdue[np.argsort(-age[overdue], kind='stable')][:self.k]
+            rest = np.setdiff1d(np.arange(self.shape[0]), overdue)
+            top = rest[np.argsort(-scores[rest], kind='stable')][:self.k - len(overdue)]
+            chosen = np.concatenate([overdue, top])
+        elif rule == 'score_age':
+            chosen = np.argsort(-(scores * age), kind='stable')[:self.k]
+        else:                                        # round_robin
+            chosen = (np.arange(self.k) + step * self.k) % self.shape[0]
+        self.worker_last_sent[w][chosen] = step
+        return np.sort(chosen)
 
     def step(self, grads, step, homomorphic, momentum_correction):
         p, W = self.p, len(grads)
@@ -73,7 +100,7 @@ class Layer:
                 total = np.sum(scores, 0)
                 chosen = [np.sort(np.argsort(-total, kind='stable')[:self.k])] * W
             else:
-                chosen = [np.sort(np.argsort(-s, kind='stable')[:self.k]) for s in scores]
+                chosen = [self.select(w, s, step) for w, s in enumerate(scores)]
             union = np.zeros(self.shape[0], bool)
             for w in range(W):
                 s = np.zeros_like(flat[w])
@@ -128,7 +155,15 @@ def main(argv=None):
     ap.add_argument('--wd', type=float, default=1e-4)
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--variant', default='hylo', choices=('hylo', 'homomorphic', 'dense'))
-    ap.add_argument('--params', default='{}', help='JSON: Hylo parameters to override')
+    ap.add_argument('--params', default='{}', help="JSON: Hylo parameters to override "
+                    "(the defaults are the scheme's)")
+    ap.add_argument('--compress', default='all', choices=('all', 'conv', 'fc'),
+                    help='which large layers are compressed (the others go float32)')
+    ap.add_argument('--conv-select', default='topk',
+                    choices=('topk', 'age', 'score_age', 'round_robin'),
+                    help="how a worker picks its conv filters (module doc)")
+    ap.add_argument('--max-age', type=int, default=4,
+                    help="--conv-select age: filters unsent this many steps go first")
     ap.add_argument('--momentum-correction', action='store_true',
                     help='DGC: accumulate velocity locally (momentum moved from the '
                          'optimizer into the workers for compressed layers), mask sent '
@@ -141,9 +176,10 @@ def main(argv=None):
     from mxnet import autograd, gluon
     import train_mnist
 
-    p = dict(size_threshold=32768, conv_rate=None, conv_rate_min=0.02, conv_rate_max=0.1,
-             fc_scale=2.0)
+    from kvstore_ext.schemes.hylo import Hylo
+    p = {name: param.default for name, param in Hylo.PARAMS.items()}   # Hylo's defaults
     p.update(json.loads(args.params))
+    p.update(select=args.conv_select, max_age=args.max_age)
     mx.random.seed(args.seed)
     np.random.seed(args.seed)
     xtr, ytr, xte, yte = train_mnist.load_digits(False, args.seed)
@@ -154,7 +190,8 @@ def main(argv=None):
     params = [q for q in net.collect_params().values() if q.grad_req != 'null']
     W, B = args.workers, args.batch_size
     layers = {q.name: Layer(q.name, q.shape, W, p) for q in params
-              if args.variant != 'dense' and int(np.prod(q.shape)) >= p['size_threshold']}
+              if args.variant != 'dense' and int(np.prod(q.shape)) >= p['size_threshold']
+              and args.compress in ('all', 'conv' if len(q.shape) >= 3 else 'fc')}
     mc = args.momentum if args.momentum_correction else 0.0
     # compressed layers under momentum correction: plain SGD on the aggregate
     opt_plain = mx.optimizer.SGD(learning_rate=args.lr, wd=args.wd, momentum=0.0,
