@@ -168,6 +168,14 @@ def main(argv=None):
                     help='DGC: accumulate velocity locally (momentum moved from the '
                          'optimizer into the workers for compressed layers), mask sent '
                          'coordinates')
+    ap.add_argument('--correct', default='all', choices=('all', 'conv', 'fc'),
+                    help='--momentum-correction: which compressed layers it applies to')
+    ap.add_argument('--through-optimizer', action='store_true',
+                    help='--momentum-correction without touching the optimizer (what a '
+                         'kvstore can do): the optimizer keeps its momentum m on every '
+                         'layer, and a corrected layer delivers S_t - m S_(t-1) (S: the '
+                         'sum of the sent velocities), so that its momentum buffer holds '
+                         'S_t and the step applies exactly -lr S_t')
     ap.add_argument('--warmup-steps', type=int, default=0)
     ap.add_argument('--every', type=int, default=5)
     ap.add_argument('--json')
@@ -193,6 +201,9 @@ def main(argv=None):
               if args.variant != 'dense' and int(np.prod(q.shape)) >= p['size_threshold']
               and args.compress in ('all', 'conv' if len(q.shape) >= 3 else 'fc')}
     mc = args.momentum if args.momentum_correction else 0.0
+    corrected = {name for name, layer in layers.items()
+                 if mc and args.correct in ('all', layer.kind)}
+    delivered_before = {}          # --through-optimizer: S_(t-1) of each corrected layer
     # compressed layers under momentum correction: plain SGD on the aggregate
     opt_plain = mx.optimizer.SGD(learning_rate=args.lr, wd=args.wd, momentum=0.0,
                                  rescale_grad=1.0 / (W * B))
@@ -219,18 +230,23 @@ def main(argv=None):
             for j, q in enumerate(params):
                 layer = layers.get(q.name)
                 compressed = layer is not None and step > args.warmup_steps
+                lmc = mc if q.name in corrected else 0.0
                 if compressed:
                     agg, st = layer.step(grads[q.name], step, args.variant == 'homomorphic',
-                                         mc)
+                                         lmc)
                     if step % args.every == 0:
                         rec[q.name] = st
                 else:
                     agg = np.sum(grads[q.name], 0)
-                    if layer is not None and mc:      # warm-up under correction: velocity
+                    if lmc:      # warm-up under correction: velocity
                         for w in range(W):
-                            layer.vel[w] = mc * layer.vel[w] + grads[q.name][w]
+                            layer.vel[w] = lmc * layer.vel[w] + grads[q.name][w]
                         agg = np.sum(layer.vel, 0)
-                opt = opt_plain if (layer is not None and mc) else opt_mom
+                opt = opt_plain if lmc else opt_mom
+                if lmc and args.through_optimizer:
+                    previous = delivered_before.get(q.name, 0.0)
+                    delivered_before[q.name] = agg
+                    agg, opt = agg - lmc * previous, opt_mom
                 if (j, id(opt)) not in states:
                     states[(j, id(opt))] = opt.create_state(j, q.data())
                 opt.update(j, q.data(), mx.nd.array(agg), states[(j, id(opt))])

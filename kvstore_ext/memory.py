@@ -56,11 +56,15 @@ class ChunkState:
         residual = self.residual.copy() if self.residual is not None else None
         return ChunkState(residual, arrays, self._prefix)
 
-    def adopt_shared(self, scratch):
-        """Take the arrays ``scratch`` kept (not the residual): what a codec keeps
-        besides the residual comes from round results, which every worker shares."""
+    def adopt_shared(self, scratch, local=()):
+        """Take the arrays ``scratch`` kept, except the residual and the codec's
+        ``local`` state names: what a codec keeps besides them comes from round
+        results, which every worker shares; its local state is this worker's own, like
+        the residual, and stays as it was."""
+        skip = {self._prefix + name for name in local}
         for name, array in scratch._arrays.items():
-            self._arrays[name] = array
+            if name not in skip:
+                self._arrays[name] = array
 
 
 class StateMemory:

@@ -348,7 +348,8 @@ class CompressedKVStore(KVStoreBase):
         as it was. State the codecs derive from round results (an agreed statistic,
         PowerSGD's Q) is taken from the scratch run: it saw the same NaN results as
         every other worker, so the workers' states still agree (the codecs recover
-        from a NaN there at their next step)."""
+        from a NaN there at their next step); a codec's ``local_state`` stays as it
+        was, as the residual does."""
         from mxnet import ndarray
         log.warning('key %r: non-finite gradient (NaN or Inf) on this worker (rank %d): '
                     'it sent a void contribution, every worker\'s sum of this key is NaN '
@@ -359,8 +360,8 @@ class CompressedKVStore(KVStoreBase):
                               self.num_workers, self.rank)
                  for c, s in zip(state.chunks, scratch)]
         drive(steps, lambda requests: exchange([(i, void(r)) for i, r in requests]))
-        for cs, s in zip(state.chunk_states, scratch):
-            cs.adopt_shared(s)
+        for chunk, cs, s in zip(state.chunks, state.chunk_states, scratch):
+            cs.adopt_shared(s, chunk.codec.local_state)
         return [ndarray.full(c.codec.shape, np.nan, dtype=np.float32) for c in state.chunks]
 
     def _settle(self, step):

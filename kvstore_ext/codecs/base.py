@@ -27,6 +27,8 @@ class Codec:
     uses_residual = True     # error feedback: the store keeps a residual for the key
     passthrough = False      # float32 as it is: the store may use MXNet's own pushpull
     chunk_by_rows = False    # True: chunks are ranges of the first axis (filters)
+    local_state = ()         # names of state_shapes that are this worker's own (not
+                             # derived from round results): a void step keeps them
 
     def __init__(self, shape):
         self.shape = tuple(int(d) for d in shape)
