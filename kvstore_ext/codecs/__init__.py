@@ -1,7 +1,7 @@
 """Per-tensor codecs wrapping the C++ kernels."""
 from .base import Codec, GatherCodec  # noqa: F401
 from .fp32 import FP32Codec  # noqa: F401
-from .topk import FilterTopKCodec  # noqa: F401
+from .topk import FilterTopKCodec, MomentumTopKCodec  # noqa: F401
 from .ternary import TernaryCodec  # noqa: F401
 from .additive import AdditiveTernaryCodec, AdditiveTopKCodec  # noqa: F401
 from .adacomp import AdaCompCodec  # noqa: F401

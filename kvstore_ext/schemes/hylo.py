@@ -44,14 +44,20 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    this costs most, nearly dense. Measured (docs/RESULTS.md section 7): N = 16 narrowed
    cnn512's 8-worker short-run loss in server mode from ~6 to ~3 points; neither the
    remaining loss's absence nor the gain over the default is shown, so it stays off.
+7. **Momentum correction** (``momentum``, default 0: off; server aggregation): set it
+   to the SGD optimizer's momentum and the conv top-k accumulates velocities instead
+   of gradients, DGC-style (codecs/topk.py ``MomentumTopKCodec``), so that a filter's
+   wait is not followed by the momentum's tail. The kvstore cannot see the optimizer
+   (Gluon runs it on the workers), so the value must be given; the project's scripts
+   pass their ``--momentum``. Measured: docs/RESULTS.md section 7.
 """
 import math
 
 import numpy as np
 
 from .base import Scheme
-from ..codecs import (FilterTopKCodec, TernaryCodec, AdditiveTernaryCodec,
-                      AdditiveTopKCodec)
+from ..codecs import (FilterTopKCodec, MomentumTopKCodec, TernaryCodec,
+                      AdditiveTernaryCodec, AdditiveTopKCodec)
 from ..params import Param
 
 
@@ -89,6 +95,9 @@ class Hylo(Scheme):
                                    'first this many steps of a conv tensor its rate decays '
                                    'exponentially from 1 (all filters, float32) to its '
                                    'target, re-planned every step', low=0),
+        'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
+                          'correction of the conv top-k (0: off; server aggregation only)',
+                          low=0, high=0.999),
         'compress_layers': Param('str', 'all', "diagnostic (ablations): which large "
                                  "tensors are compressed ('all', 'conv' only, 'fc' only); "
                                  "the others go float32", choices=('all', 'conv', 'fc')),
@@ -99,6 +108,9 @@ class Hylo(Scheme):
     }
 
     def check(self, params):
+        if params['momentum'] > 0 and params['aggregation'] != 'server':
+            raise ValueError("momentum correction (momentum %g) needs aggregation='server'"
+                             % params['momentum'])
         if params['conv_rate_min'] > params['conv_rate_max']:
             raise ValueError('conv_rate_min (%g) must not exceed conv_rate_max (%g)'
                              % (params['conv_rate_min'], params['conv_rate_max']))
@@ -150,6 +162,8 @@ class Hylo(Scheme):
                 return self.uncompressed(shape, dtype)
             if additive:
                 return AdditiveTopKCodec(shape, k, agreement)
+            if self.params['momentum'] > 0:
+                return MomentumTopKCodec(shape, k, compressed, self.params['momentum'])
             return FilterTopKCodec(shape, k, compressed)
         if additive:
             return AdditiveTernaryCodec(shape, self.params['fc_scale'],

@@ -1,0 +1,119 @@
+"""Hylo's conv momentum correction (``momentum`` > 0, codecs/topk.py MomentumTopKCodec)
+against its NumPy spec (python/kvx_ref/momentum.py), in one process; and the claim the
+codec makes: an SGD optimizer with momentum m fed its output moves the weights by
+exactly -lr times the sum of the sent velocities (DGC's update)."""
+import numpy as np
+import pytest
+import mxnet as mx
+
+from kvx_ref.momentum import momentum_topk_step
+from kvstore_ext.codecs import FilterTopKCodec, MomentumTopKCodec
+
+SHAPE = (16, 8, 3, 3)
+PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9}
+
+
+def grad(step, shape=SHAPE):
+    return (np.random.default_rng(step).standard_normal(shape) * 0.1).astype(np.float32)
+
+
+def store(**extra):
+    kv = mx.kv.create('dist_sync_hylo')
+    kv.set_gradient_compression(dict(PARAMS, **extra))
+    return kv
+
+
+@pytest.mark.parametrize('chunk_size', [1 << 20, 1024])
+def test_steps_match_the_reference(chunk_size):
+    kv = store(chunk_size=chunk_size)
+    k = 4
+    residual = velocity = delivered = None
+    for step in range(5):
+        g = grad(step)
+        out = mx.nd.array(g)
+        kv.pushpull('conv', out)
+        if chunk_size == 1 << 20:
+            want, delivered, (residual,), (velocity,) = momentum_topk_step(
+                [g], [residual], [velocity], delivered, k, 0.9)
+            np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
+            np.testing.assert_array_equal(kv._keys['conv'].residual.asnumpy(), residual)
+    codec = kv._keys['conv'].chunks[0].codec
+    assert isinstance(codec, MomentumTopKCodec) and codec.momentum == 0.9
+    if chunk_size == 1024:      # 1,152 elements: 2 chunks of 8 filters, 2 sent each
+        assert len(kv._keys['conv'].chunks) == 2
+        assert [c.codec.k for c in kv._keys['conv'].chunks] == [2, 2]
+
+
+def test_sgd_momentum_on_the_output_applies_the_sent_velocities():
+    """Weights moved by MXNet's SGD (momentum 0.9) fed the store's output equal
+    weights moved by plain SGD fed S, the sum of what was sent."""
+    kv = store()
+    lr, m = 0.1, 0.9
+    with_momentum = mx.nd.zeros(SHAPE)
+    plain = np.zeros(SHAPE, np.float32)
+    sgd = mx.optimizer.SGD(learning_rate=lr, momentum=m)
+    state = sgd.create_state(0, with_momentum)
+    residual = velocity = delivered = None
+    for step in range(6):
+        g = grad(step)
+        out = mx.nd.array(g)
+        kv.pushpull('conv', out)
+        sgd.update(0, with_momentum, out, state)
+        _, delivered, (residual,), (velocity,) = momentum_topk_step(
+            [g], [residual], [velocity], delivered, 4, m)
+        plain -= lr * delivered
+        np.testing.assert_allclose(with_momentum.asnumpy(), plain, rtol=1e-5, atol=1e-6)
+
+
+def test_off_by_default_and_server_mode_only():
+    kv = mx.kv.create('dist_sync_hylo')
+    kv.set_gradient_compression({'size_threshold': 100})
+    kv.pushpull('conv', mx.nd.array(grad(0)))
+    assert type(kv._keys['conv'].chunks[0].codec) is FilterTopKCodec
+    with pytest.raises(ValueError, match="needs aggregation='server'"):
+        store(aggregation='homomorphic')
+    with pytest.raises(ValueError, match='momentum'):
+        store(momentum=1.0)
+    with pytest.raises(ValueError, match='momentum'):
+        MomentumTopKCodec(SHAPE, 4, momentum=0.0)
+
+
+def test_nan_step_keeps_velocity_and_residual():
+    kv = store()
+    kv.pushpull('conv', mx.nd.array(grad(0)))
+    state = kv._keys['conv']
+    before = {n: a.asnumpy().copy() for n, a in kv._memory._arrays['conv'].items()}
+    bad = grad(1)
+    bad[3, 0, 0, 0] = np.nan
+    out = mx.nd.array(bad)
+    kv.pushpull('conv', out)
+    assert np.isnan(out.asnumpy()).all()
+    after = {n: a.asnumpy() for n, a in kv._memory._arrays['conv'].items()}
+    assert sorted(before) == sorted(after)
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+    assert state.residual is not None
+    # the next step continues as if the NaN step had not happened
+    clean = store()
+    clean.pushpull('conv', mx.nd.array(grad(0)))
+    a, b = mx.nd.array(grad(2)), mx.nd.array(grad(2))
+    kv.pushpull('conv', a)
+    clean.pushpull('conv', b)
+    np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_checkpoint_keeps_velocity_and_delivered(tmp_path):
+    kv = store()
+    for step in range(2):
+        kv.pushpull('conv', mx.nd.array(grad(step)))
+    path = str(tmp_path / 'state.kvx')
+    kv.save_compression_state(path)
+    names = sorted(kv._memory._arrays['conv'])
+    assert any('velocity' in n for n in names) and any('delivered' in n for n in names)
+    resumed = store()
+    resumed.load_compression_state(path)
+    for step in range(2, 4):
+        a, b = mx.nd.array(grad(step)), mx.nd.array(grad(step))
+        kv.pushpull('conv', a)
+        resumed.pushpull('conv', b)
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
