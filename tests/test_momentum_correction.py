@@ -117,3 +117,26 @@ def test_checkpoint_keeps_velocity_and_delivered(tmp_path):
         kv.pushpull('conv', a)
         resumed.pushpull('conv', b)
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_scripts_pass_the_optimizers_momentum():
+    """The kvstore cannot see the optimizer: the scripts give a scheme with a
+    ``momentum`` parameter their SGD momentum, unless the user set it or it does not
+    apply."""
+    import os
+    import sys
+    import types
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), 'gluon_scripts'))
+    from training.kvstore_setup import with_optimizer_momentum
+    sgd = types.SimpleNamespace(optimizer='sgd', momentum=0.9)
+    assert with_optimizer_momentum('dist_sync_hylo', {}, sgd) == {'momentum': 0.9}
+    assert with_optimizer_momentum('dist_sync_hylo', {'momentum': 0.0}, sgd) == \
+        {'momentum': 0.0}
+    homomorphic = {'aggregation': 'homomorphic'}
+    assert with_optimizer_momentum('dist_sync_hylo', homomorphic, sgd) == homomorphic
+    assert with_optimizer_momentum('dist_sync_topk', {}, sgd) == {}
+    nag = types.SimpleNamespace(optimizer='nag', momentum=0.9)
+    assert with_optimizer_momentum('dist_sync_hylo', {}, nag) == {}
+    still = types.SimpleNamespace(optimizer='sgd', momentum=0.0)
+    assert with_optimizer_momentum('dist_sync_hylo', {}, still) == {}

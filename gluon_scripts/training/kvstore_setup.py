@@ -50,11 +50,33 @@ def check_kvstore_flags(args):
             "MXNet's built-in gradient compression (%s) cannot be used from a Gluon Trainer: "
             "MXNet's kvstore refuses pushpull when compression is set.%s"
             % (json.dumps(params), hint))
+    if name in ours:
+        params = with_optimizer_momentum(name, params, args)
     if name.startswith('dist') and name not in ours and 'DMLC_ROLE' not in os.environ:
         raise UsageError('--kvstore %s needs a launcher that starts scheduler and servers, '
                          'e.g. python -m kvstore_ext.launch -n 2 -s 1 python %s ...'
                          % (args.kvstore, os.path.basename(sys.argv[0])))
     return name, params
+
+
+def with_optimizer_momentum(name, params, args):
+    """``params`` plus ``momentum``: the optimizer's, for a scheme with a ``momentum``
+    parameter (DGC's momentum correction, e.g. Hylo's conv top-k) that the user did not
+    set. The kvstore cannot see the optimizer (it runs on the workers), so the script
+    tells it. Only for plain SGD with momentum (the correction relies on SGD's momentum
+    update), and only where the scheme accepts it with the other parameters (Hylo:
+    server aggregation)."""
+    import kvstore_ext
+    scheme = kvstore_ext.SCHEMES.get(name[len('dist_sync_'):])
+    momentum = getattr(args, 'momentum', 0.0)
+    if scheme is None or 'momentum' not in scheme.PARAMS or 'momentum' in params or \
+            getattr(args, 'optimizer', 'sgd') != 'sgd' or not momentum:
+        return params
+    try:
+        scheme(**dict(params, momentum=momentum))
+    except (ValueError, TypeError):
+        return params
+    return dict(params, momentum=momentum)
 
 
 def contexts(args):

@@ -47,6 +47,7 @@ def summarize(args, kv, history, log, extra=None):
     """Final report: accuracy, time, bytes saved against float32; JSON if asked."""
     stats = kv.comm_stats() if hasattr(kv, 'comm_stats') else None
     summary = {'kvstore': args.kvstore, 'compression_params': args.compression_params,
+               'scheme_params': dict(kv.scheme.params) if hasattr(kv, 'scheme') else None,
                'rank': kv.rank, 'num_workers': kv.num_workers, 'epochs': history,
                'final_test_acc': history[-1]['test_acc'] if history else None,
                'total_time': float(sum(e['epoch_time'] for e in history)),
