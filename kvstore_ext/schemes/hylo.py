@@ -152,23 +152,29 @@ class Hylo(Scheme):
         if self.params['compress_layers'] != 'all' and \
                 (len(shape) >= 3) != (self.params['compress_layers'] == 'conv'):
             return self.uncompressed(shape, dtype)
-        additive = self.params['aggregation'] == 'homomorphic'
-        agreement = self.params['agreement']
-        compressed = self.params['pull'] == 'compressed'
         if len(shape) >= 3:
             k = self.conv_k(shape, step)
             if k == shape[0]:
                 # all filters (conv warm-up's first steps): float32, no indices
                 return self.uncompressed(shape, dtype)
-            if additive:
-                return AdditiveTopKCodec(shape, k, agreement)
-            if self.params['momentum'] > 0:
-                return MomentumTopKCodec(shape, k, compressed, self.params['momentum'])
-            return FilterTopKCodec(shape, k, compressed)
-        if additive:
-            return AdditiveTernaryCodec(shape, self.params['fc_scale'],
-                                        self.params['fc_threshold'], agreement,
-                                        self.params['fc_value'])
-        return TernaryCodec(shape, scale=self.params['fc_scale'],
-                            threshold=self.params['fc_threshold'],
-                            value=self.params['fc_value'], compressed_reply=compressed)
+            return self.conv_codec(shape, k)
+        return self.fc_codec(shape, self.params['fc_scale'])
+
+    def conv_codec(self, shape, k):
+        """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
+        p = self.params
+        if p['aggregation'] == 'homomorphic':
+            return AdditiveTopKCodec(shape, k, p['agreement'])
+        if p['momentum'] > 0:
+            return MomentumTopKCodec(shape, k, p['pull'] == 'compressed', p['momentum'])
+        return FilterTopKCodec(shape, k, p['pull'] == 'compressed')
+
+    def fc_codec(self, shape, scale):
+        """The ternary codec of an FC (or other large) tensor with t = ``scale`` *
+        mean|acc| (or ``fc_threshold``), in this aggregation mode."""
+        p = self.params
+        if p['aggregation'] == 'homomorphic':
+            return AdditiveTernaryCodec(shape, scale, p['fc_threshold'], p['agreement'],
+                                        p['fc_value'])
+        return TernaryCodec(shape, scale=scale, threshold=p['fc_threshold'],
+                            value=p['fc_value'], compressed_reply=p['pull'] == 'compressed')
