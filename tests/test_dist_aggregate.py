@@ -227,3 +227,58 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
         assert stats['push_bytes'] < stats['raw_bytes'] / 3
     if mode in ('server-compressed', 'homomorphic'):
         assert stats['pull_bytes'] < stats['raw_bytes'] / 3
+
+
+@pytest.mark.parametrize('aggregation, workers, servers', [
+    ('server', 2, 2), ('server', 4, 1), ('homomorphic', 2, 1)])
+def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, workers,
+                                               servers):
+    """Hylo with ``momentum`` (DGC's correction of the conv top-k, codecs/momentum.py) in
+    a real job: every worker's conv sum equals the NumPy spec's (kvx_ref/momentum.py,
+    every worker's velocity and residual), step after step; homomorphic mode with
+    agreement 'round' (the agreed filters are the top-k of the summed scores)."""
+    from kvx_ref.momentum import momentum_topk_step
+    params = dict(PARAMS, momentum=0.9, chunk_size=1 << 20, aggregation=aggregation)
+    if aggregation == 'homomorphic':
+        params['agreement'] = 'round'
+    launch(tmp_path, job_env, workers, servers, [JOB, '--kvstore', 'dist_sync_hylo',
+                                                 '--params', json.dumps(params),
+                                                 '--steps', str(STEPS), '--out', str(tmp_path)])
+    runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
+    k = Hylo(**params).conv_k(job.SHAPES['conv'])
+    residuals, velocities, delivered = [None] * workers, [None] * workers, None
+    for step in range(STEPS):
+        outs = [run['out/conv/%d' % step] for run in runs]
+        grads = worker_gradients(workers, step, 'conv')
+        if aggregation == 'server':
+            want, delivered, residuals, velocities = momentum_topk_step(
+                grads, residuals, velocities, delivered, k, 0.9)
+        else:
+            want, delivered, residuals, velocities = homomorphic_momentum_step(
+                grads, residuals, velocities, delivered, k, 0.9)
+        for out in outs:
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                       err_msg='step %d' % step)
+
+
+def homomorphic_momentum_step(grads, residuals, velocities, delivered, k, m):
+    """The spec's step with the filter set agreed from the summed scores of every
+    worker's velocity + residual (homomorphic, agreement 'round')."""
+    shape = grads[0].shape
+    us = [g.copy() if v is None else (np.float32(m) * v + g).astype(np.float32)
+          for g, v in zip(grads, velocities)]
+    rs = [np.zeros(shape, np.float32) if r is None else r for r in residuals]
+    idx = ref.topk_select(sum(ref.filter_scores(u + r) for u, r in zip(us, rs)), k)
+    total = np.zeros(shape, np.float32)
+    new_rs, new_us = [], []
+    for u, r in zip(us, rs):
+        acc = (u + r).reshape(shape[0], -1)
+        total.reshape(shape[0], -1)[idx] += acc[idx]
+        kept = acc.copy()
+        kept[idx] = 0
+        new_rs.append(kept.reshape(shape))
+        masked = u.reshape(shape[0], -1).copy()
+        masked[idx] = 0
+        new_us.append(masked.reshape(shape))
+    returned = total if delivered is None else (total - np.float32(m) * delivered)
+    return returned, total, new_rs, new_us

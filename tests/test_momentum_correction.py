@@ -7,7 +7,7 @@ import pytest
 import mxnet as mx
 
 from kvx_ref.momentum import momentum_topk_step
-from kvstore_ext.codecs import FilterTopKCodec, MomentumTopKCodec
+from kvstore_ext.codecs import FilterTopKCodec, MomentumAdditiveTopKCodec, MomentumTopKCodec
 
 SHAPE = (16, 8, 3, 3)
 PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9}
@@ -24,7 +24,7 @@ def store(**extra):
 
 
 @pytest.mark.parametrize('chunk_size', [1 << 20, 1024])
-def test_steps_match_the_reference(chunk_size):
+def test_server_steps_match_the_reference(chunk_size):
     kv = store(chunk_size=chunk_size)
     k = 4
     residual = velocity = delivered = None
@@ -65,21 +65,38 @@ def test_sgd_momentum_on_the_output_applies_the_sent_velocities():
         np.testing.assert_allclose(with_momentum.asnumpy(), plain, rtol=1e-5, atol=1e-6)
 
 
-def test_off_by_default_and_server_mode_only():
+@pytest.mark.parametrize('agreement', ['previous', 'round'])
+def test_homomorphic_steps_match_the_reference(agreement):
+    """One worker: the agreed filters are its own top-k, so the spec holds as is."""
+    kv = store(aggregation='homomorphic', agreement=agreement)
+    residual = velocity = delivered = None
+    for step in range(5):
+        g = grad(step)
+        out = mx.nd.array(g)
+        kv.pushpull('conv', out)
+        if agreement == 'round' or step == 0:
+            want, delivered, (residual,), (velocity,) = momentum_topk_step(
+                [g], [residual], [velocity], delivered, 4, 0.9)
+            np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
+        else:       # agreed on the previous step's statistic: other filters, still sums up
+            assert np.isfinite(out.asnumpy()).all()
+    assert isinstance(kv._keys['conv'].chunks[0].codec, MomentumAdditiveTopKCodec)
+
+
+def test_off_by_default():
     kv = mx.kv.create('dist_sync_hylo')
     kv.set_gradient_compression({'size_threshold': 100})
     kv.pushpull('conv', mx.nd.array(grad(0)))
     assert type(kv._keys['conv'].chunks[0].codec) is FilterTopKCodec
-    with pytest.raises(ValueError, match="needs aggregation='server'"):
-        store(aggregation='homomorphic')
     with pytest.raises(ValueError, match='momentum'):
         store(momentum=1.0)
     with pytest.raises(ValueError, match='momentum'):
         MomentumTopKCodec(SHAPE, 4, momentum=0.0)
 
 
-def test_nan_step_keeps_velocity_and_residual():
-    kv = store()
+@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
+def test_nan_step_keeps_velocity_and_residual(aggregation):
+    kv = store(aggregation=aggregation)
     kv.pushpull('conv', mx.nd.array(grad(0)))
     state = kv._keys['conv']
     before = {n: a.asnumpy().copy() for n, a in kv._memory._arrays['conv'].items()}
@@ -94,7 +111,7 @@ def test_nan_step_keeps_velocity_and_residual():
         np.testing.assert_array_equal(before[name], after[name], err_msg=name)
     assert state.residual is not None
     # the next step continues as if the NaN step had not happened
-    clean = store()
+    clean = store(aggregation=aggregation)
     clean.pushpull('conv', mx.nd.array(grad(0)))
     a, b = mx.nd.array(grad(2)), mx.nd.array(grad(2))
     kv.pushpull('conv', a)
@@ -102,15 +119,16 @@ def test_nan_step_keeps_velocity_and_residual():
     np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
-def test_checkpoint_keeps_velocity_and_delivered(tmp_path):
-    kv = store()
+@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
+def test_checkpoint_keeps_velocity_and_delivered(tmp_path, aggregation):
+    kv = store(aggregation=aggregation)
     for step in range(2):
         kv.pushpull('conv', mx.nd.array(grad(step)))
     path = str(tmp_path / 'state.kvx')
     kv.save_compression_state(path)
     names = sorted(kv._memory._arrays['conv'])
     assert any('velocity' in n for n in names) and any('delivered' in n for n in names)
-    resumed = store()
+    resumed = store(aggregation=aggregation)
     resumed.load_compression_state(path)
     for step in range(2, 4):
         a, b = mx.nd.array(grad(step)), mx.nd.array(grad(step))
@@ -133,8 +151,10 @@ def test_scripts_pass_the_optimizers_momentum():
     assert with_optimizer_momentum('dist_sync_hylo', {}, sgd) == {'momentum': 0.9}
     assert with_optimizer_momentum('dist_sync_hylo', {'momentum': 0.0}, sgd) == \
         {'momentum': 0.0}
-    homomorphic = {'aggregation': 'homomorphic'}
-    assert with_optimizer_momentum('dist_sync_hylo', homomorphic, sgd) == homomorphic
+    assert with_optimizer_momentum('dist_sync_hylo', {'aggregation': 'homomorphic'}, sgd) \
+        == {'aggregation': 'homomorphic', 'momentum': 0.9}
+    bad = {'conv_rate_min': 0.5, 'conv_rate_max': 0.1}     # refused later, with its reason
+    assert with_optimizer_momentum('dist_sync_hylo', bad, sgd) == bad
     assert with_optimizer_momentum('dist_sync_topk', {}, sgd) == {}
     nag = types.SimpleNamespace(optimizer='nag', momentum=0.9)
     assert with_optimizer_momentum('dist_sync_hylo', {}, nag) == {}

@@ -1,11 +1,12 @@
 """Per-tensor codecs wrapping the C++ kernels."""
 from .base import Codec, GatherCodec  # noqa: F401
 from .fp32 import FP32Codec  # noqa: F401
-from .topk import FilterTopKCodec, MomentumTopKCodec  # noqa: F401
+from .topk import FilterTopKCodec  # noqa: F401
 from .ternary import TernaryCodec  # noqa: F401
 from .additive import AdditiveTernaryCodec, AdditiveTopKCodec  # noqa: F401
 from .adacomp import AdaCompCodec  # noqa: F401
 from .element_topk import ElementTopKCodec  # noqa: F401
 from .fp16 import Float16Codec  # noqa: F401
+from .momentum import MomentumTopKCodec, MomentumAdditiveTopKCodec  # noqa: F401
 from .thc import ThcCodec  # noqa: F401
 from .powersgd import PowerSGDCodec  # noqa: F401

@@ -44,9 +44,9 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    this costs most, nearly dense. Measured (docs/RESULTS.md section 7): N = 16 narrowed
    cnn512's 8-worker short-run loss in server mode from ~6 to ~3 points; neither the
    remaining loss's absence nor the gain over the default is shown, so it stays off.
-7. **Momentum correction** (``momentum``, default 0: off; server aggregation): set it
+7. **Momentum correction** (``momentum``, default 0: off; both aggregations): set it
    to the SGD optimizer's momentum and the conv top-k accumulates velocities instead
-   of gradients, DGC-style (codecs/topk.py ``MomentumTopKCodec``), so that a filter's
+   of gradients, DGC-style (codecs/momentum.py), so that a filter's
    wait is not followed by the momentum's tail. The kvstore cannot see the optimizer
    (Gluon runs it on the workers), so the value must be given; the project's scripts
    pass their ``--momentum``. Measured: docs/RESULTS.md section 7.
@@ -56,8 +56,8 @@ import math
 import numpy as np
 
 from .base import Scheme
-from ..codecs import (FilterTopKCodec, MomentumTopKCodec, TernaryCodec,
-                      AdditiveTernaryCodec, AdditiveTopKCodec)
+from ..codecs import (FilterTopKCodec, MomentumTopKCodec, MomentumAdditiveTopKCodec,
+                      TernaryCodec, AdditiveTernaryCodec, AdditiveTopKCodec)
 from ..params import Param
 
 
@@ -96,7 +96,7 @@ class Hylo(Scheme):
                                    'exponentially from 1 (all filters, float32) to its '
                                    'target, re-planned every step', low=0),
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
-                          'correction of the conv top-k (0: off; server aggregation only)',
+                          'correction of the conv top-k (0: off)',
                           low=0, high=0.999),
         'compress_layers': Param('str', 'all', "diagnostic (ablations): which large "
                                  "tensors are compressed ('all', 'conv' only, 'fc' only); "
@@ -108,9 +108,6 @@ class Hylo(Scheme):
     }
 
     def check(self, params):
-        if params['momentum'] > 0 and params['aggregation'] != 'server':
-            raise ValueError("momentum correction (momentum %g) needs aggregation='server'"
-                             % params['momentum'])
         if params['conv_rate_min'] > params['conv_rate_max']:
             raise ValueError('conv_rate_min (%g) must not exceed conv_rate_max (%g)'
                              % (params['conv_rate_min'], params['conv_rate_max']))
@@ -164,6 +161,8 @@ class Hylo(Scheme):
         """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
+            if p['momentum'] > 0:
+                return MomentumAdditiveTopKCodec(shape, k, p['agreement'], p['momentum'])
             return AdditiveTopKCodec(shape, k, p['agreement'])
         if p['momentum'] > 0:
             return MomentumTopKCodec(shape, k, p['pull'] == 'compressed', p['momentum'])

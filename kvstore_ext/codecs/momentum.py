@@ -1,0 +1,108 @@
+"""Hylo's conv top-k with DGC's momentum correction and factor masking (Lin et al.,
+"Deep Gradient Compression", ICLR 2018), for an SGD optimizer with momentum ``m`` that
+runs unchanged on the workers (python/kvx_ref/momentum.py is the spec).
+
+Why: a filter that waits in the residual reaches the optimizer as one lump, whose
+momentum then spreads it over the next ~1/(1-m) steps: its update lags by the wait
+*and* the momentum's tail. With 8 workers on a short run this cost cnn512 about 6
+points (docs/RESULTS.md section 7). DGC accumulates the velocity instead of the
+gradient on the worker, ``u = m u + grad``, sends the top filters of ``u + residual``
+and zeroes ``u`` on the filters sent (factor masking: their momentum left with them);
+its optimizer applies plain SGD to the sum ``S`` of what was sent. Here the optimizer
+keeps its momentum, so the step returns ``S - m S_prev``: the optimizer's buffer then
+holds ``S`` (times -lr) and moves the weights by exactly ``-lr S``. Weight decay still
+goes through the optimizer's momentum; a changing learning rate leaves an error of
+``m (lr_t - lr_(t-1)) S_prev``, which decays by m a step.
+
+State: ``velocity`` (this worker's own: a void step keeps it) and ``delivered`` (the
+previous S, the same on every worker), both checkpointed. Both aggregation modes:
+``MomentumTopKCodec`` (server-decoded, each worker's own filters) and
+``MomentumAdditiveTopKCodec`` (homomorphic, the agreed filters).
+"""
+import numpy as np
+
+from .additive import AdditiveTopKCodec
+from .topk import FilterTopKCodec
+from ..rounds import Gather
+from ..wire import HEADER_WORDS
+
+
+class MomentumCorrection:
+    """The correction around a top-k codec's step (a mixin before the codec class):
+    subclasses define ``corrected_round`` (a generator: the codec's rounds on the
+    velocity, returning (the summed result, the indices of the filters sent))."""
+
+    local_state = ('velocity',)
+
+    def _check_momentum(self, momentum):
+        if not 0 < float(momentum) < 1:
+            raise ValueError('momentum must be in (0, 1), got %r' % (momentum,))
+        self.momentum = float(momentum)
+
+    def state_shapes(self):
+        return dict(super().state_shapes(), velocity=self.shape, delivered=self.shape)
+
+    def step(self, grad, state, num_workers, rank):
+        from mxnet import ndarray
+        velocity = state.get('velocity')
+        velocity = grad.copy() if velocity is None else velocity * self.momentum + grad
+        # a NaN/Inf raises in the encoder, before the residual or the velocity changes
+        total, sent = yield from self.corrected_round(velocity, state, num_workers, rank)
+        filters = self.shape[0]
+        unsent = 1 - ndarray.one_hot(sent, filters).sum(0)
+        state['velocity'] = ndarray.broadcast_mul(
+            velocity.reshape((filters, -1)), unsent.reshape((filters, 1))).reshape(self.shape)
+        total = total.reshape(self.shape)
+        previous = state.get('delivered')
+        if previous is None:
+            previous = ndarray.zeros(self.shape, dtype=np.float32)
+        # a void round (a worker's NaN) is NaN everywhere: the step returns NaN, the
+        # optimizer skips it, and the previous S stays (no wait for the result)
+        state['delivered'] = ndarray.where(total == total, total, previous)
+        return total - self.momentum * previous
+
+    def describe(self):
+        return '%s, momentum correction %g' % (super().describe(), self.momentum)
+
+
+class MomentumTopKCodec(MomentumCorrection, FilterTopKCodec):
+    """Server-decoded: each worker sends the top-k filters of its own velocity +
+    residual."""
+
+    def __init__(self, shape, k, compressed_reply=False, momentum=0.9):
+        super().__init__(shape, k, compressed_reply)
+        self._check_momentum(momentum)
+
+    def chunk(self, start, stop):
+        part = FilterTopKCodec.chunk(self, start, stop)
+        return type(self)(part.shape, part.k, self.compressed_reply, self.momentum)
+
+    def corrected_round(self, velocity, state, num_workers, rank):
+        payload = self.encode(velocity, state.residual)
+        if self.compressed_reply:
+            total = yield Gather('payload', payload, self.size, self.reply_request(),
+                                 self.payload_words())
+        else:
+            total = yield Gather('payload', payload, self.size)
+        return total, payload[HEADER_WORDS:HEADER_WORDS + self.k]
+
+
+class MomentumAdditiveTopKCodec(MomentumCorrection, AdditiveTopKCodec):
+    """Homomorphic: the workers send the agreed filters of their velocity + residual."""
+
+    def __init__(self, shape, k, agreement='previous', momentum=0.9):
+        super().__init__(shape, k, agreement)
+        self._check_momentum(momentum)
+
+    def chunk(self, start, stop):
+        part = AdditiveTopKCodec.chunk(self, start, stop)
+        return type(self)(part.shape, part.k, self.agreement, self.momentum)
+
+    def corrected_round(self, velocity, state, num_workers, rank):
+        state.last.pop('agreed', None)
+        total = yield from AdditiveTopKCodec.step(self, velocity, state, num_workers, rank)
+        agreed = state.last.get('agreed')
+        if agreed is None:      # a void agreement round: nothing was gathered
+            from mxnet import ndarray
+            return total, ndarray.zeros((0,), dtype=np.float32)
+        return total, self.settle(agreed, num_workers)
