@@ -23,9 +23,10 @@ def store(**extra):
     return kv
 
 
-@pytest.mark.parametrize('chunk_size', [1 << 20, 1024])
-def test_server_steps_match_the_reference(chunk_size):
-    kv = store(chunk_size=chunk_size)
+@pytest.mark.parametrize('chunk_size, masking', [(1 << 20, 'on'), (1 << 20, 'off'),
+                                                (1024, 'on')])
+def test_server_steps_match_the_reference(chunk_size, masking):
+    kv = store(chunk_size=chunk_size, momentum_masking=masking)
     k = 4
     residual = velocity = delivered = None
     for step in range(5):
@@ -34,9 +35,11 @@ def test_server_steps_match_the_reference(chunk_size):
         kv.pushpull('conv', out)
         if chunk_size == 1 << 20:
             want, delivered, (residual,), (velocity,) = momentum_topk_step(
-                [g], [residual], [velocity], delivered, k, 0.9)
+                [g], [residual], [velocity], delivered, k, 0.9, masking == 'on')
             np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
             np.testing.assert_array_equal(kv._keys['conv'].residual.asnumpy(), residual)
+            kept = kv._memory._arrays['conv']['0.velocity'].asnumpy()
+            np.testing.assert_allclose(kept, velocity, rtol=1e-6, atol=1e-7)
     codec = kv._keys['conv'].chunks[0].codec
     assert isinstance(codec, MomentumTopKCodec) and codec.momentum == 0.9
     if chunk_size == 1024:      # 1,152 elements: 2 chunks of 8 filters, 2 sent each

@@ -34,10 +34,10 @@ class MomentumCorrection:
 
     local_state = ('velocity',)
 
-    def _check_momentum(self, momentum):
+    def _check_momentum(self, momentum, masking):
         if not 0 < float(momentum) < 1:
             raise ValueError('momentum must be in (0, 1), got %r' % (momentum,))
-        self.momentum = float(momentum)
+        self.momentum, self.masking = float(momentum), bool(masking)
 
     def state_shapes(self):
         return dict(super().state_shapes(), velocity=self.shape, delivered=self.shape)
@@ -48,10 +48,12 @@ class MomentumCorrection:
         velocity = grad.copy() if velocity is None else velocity * self.momentum + grad
         # a NaN/Inf raises in the encoder, before the residual or the velocity changes
         total, sent = yield from self.corrected_round(velocity, state, num_workers, rank)
-        filters = self.shape[0]
-        unsent = 1 - ndarray.one_hot(sent, filters).sum(0)
-        state['velocity'] = ndarray.broadcast_mul(
-            velocity.reshape((filters, -1)), unsent.reshape((filters, 1))).reshape(self.shape)
+        if self.masking:
+            filters = self.shape[0]
+            unsent = 1 - ndarray.one_hot(sent, filters).sum(0)
+            velocity = ndarray.broadcast_mul(velocity.reshape((filters, -1)),
+                                             unsent.reshape((filters, 1))).reshape(self.shape)
+        state['velocity'] = velocity
         total = total.reshape(self.shape)
         previous = state.get('delivered')
         if previous is None:
@@ -62,20 +64,22 @@ class MomentumCorrection:
         return total - self.momentum * previous
 
     def describe(self):
-        return '%s, momentum correction %g' % (super().describe(), self.momentum)
+        return '%s, momentum correction %g%s' % (super().describe(), self.momentum,
+                                                  '' if self.masking else ', no masking')
 
 
 class MomentumTopKCodec(MomentumCorrection, FilterTopKCodec):
     """Server-decoded: each worker sends the top-k filters of its own velocity +
     residual."""
 
-    def __init__(self, shape, k, compressed_reply=False, momentum=0.9):
+    def __init__(self, shape, k, compressed_reply=False, momentum=0.9, masking=True):
         super().__init__(shape, k, compressed_reply)
-        self._check_momentum(momentum)
+        self._check_momentum(momentum, masking)
 
     def chunk(self, start, stop):
         part = FilterTopKCodec.chunk(self, start, stop)
-        return type(self)(part.shape, part.k, self.compressed_reply, self.momentum)
+        return type(self)(part.shape, part.k, self.compressed_reply, self.momentum,
+                          self.masking)
 
     def corrected_round(self, velocity, state, num_workers, rank):
         payload = self.encode(velocity, state.residual)
@@ -90,13 +94,13 @@ class MomentumTopKCodec(MomentumCorrection, FilterTopKCodec):
 class MomentumAdditiveTopKCodec(MomentumCorrection, AdditiveTopKCodec):
     """Homomorphic: the workers send the agreed filters of their velocity + residual."""
 
-    def __init__(self, shape, k, agreement='previous', momentum=0.9):
+    def __init__(self, shape, k, agreement='previous', momentum=0.9, masking=True):
         super().__init__(shape, k, agreement)
-        self._check_momentum(momentum)
+        self._check_momentum(momentum, masking)
 
     def chunk(self, start, stop):
         part = AdditiveTopKCodec.chunk(self, start, stop)
-        return type(self)(part.shape, part.k, self.agreement, self.momentum)
+        return type(self)(part.shape, part.k, self.agreement, self.momentum, self.masking)
 
     def corrected_round(self, velocity, state, num_workers, rank):
         state.last.pop('agreed', None)

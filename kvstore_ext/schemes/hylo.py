@@ -98,6 +98,9 @@ class Hylo(Scheme):
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
                           'correction of the conv top-k (0: off)',
                           low=0, high=0.999),
+        'momentum_masking': Param('str', 'on', "with momentum: DGC's factor masking, a "
+                                  "filter's velocity zeroed when it is sent ('on') or kept "
+                                  "('off')", choices=('on', 'off')),
         'compress_layers': Param('str', 'all', "diagnostic (ablations): which large "
                                  "tensors are compressed ('all', 'conv' only, 'fc' only); "
                                  "the others go float32", choices=('all', 'conv', 'fc')),
@@ -162,10 +165,12 @@ class Hylo(Scheme):
         p = self.params
         if p['aggregation'] == 'homomorphic':
             if p['momentum'] > 0:
-                return MomentumAdditiveTopKCodec(shape, k, p['agreement'], p['momentum'])
+                return MomentumAdditiveTopKCodec(shape, k, p['agreement'], p['momentum'],
+                                                 p['momentum_masking'] == 'on')
             return AdditiveTopKCodec(shape, k, p['agreement'])
         if p['momentum'] > 0:
-            return MomentumTopKCodec(shape, k, p['pull'] == 'compressed', p['momentum'])
+            return MomentumTopKCodec(shape, k, p['pull'] == 'compressed', p['momentum'],
+                                     p['momentum_masking'] == 'on')
         return FilterTopKCodec(shape, k, p['pull'] == 'compressed')
 
     def fc_codec(self, shape, scale):

@@ -7,7 +7,8 @@ One step, over workers w, with the optimizer's momentum m:
 
 1. ``u_w = m u_w + grad_w`` (the worker's velocity);
 2. the worker sends the top-k filters of ``u_w + residual_w`` (topk_encode); its
-   residual keeps the others; ``u_w`` is zeroed on the filters it sent (factor masking);
+   residual keeps the others; with factor masking (``masking``, the default) ``u_w`` is
+   zeroed on the filters it sent;
 3. ``S = sum_w sent_w`` (the servers decode and add);
 4. the step returns ``S - m S_prev`` (``S_prev``: the previous step's S, 0 at first),
    so that an SGD optimizer with momentum m, whose buffer then holds ``S`` (times
@@ -22,7 +23,7 @@ from .wire import HEADER_WORDS
 f32 = np.float32
 
 
-def momentum_topk_step(grads, residuals, velocities, delivered, k, m):
+def momentum_topk_step(grads, residuals, velocities, delivered, k, m, masking=True):
     """One step of every worker. ``grads``, ``residuals``, ``velocities``: per worker
     (float32 arrays of the tensor's shape; the last two None at first); ``delivered``:
     the previous S (None at first). Returns (what the step returns, S, new residuals,
@@ -41,7 +42,8 @@ def momentum_topk_step(grads, residuals, velocities, delivered, k, m):
         sent = np.zeros(grad.shape[0], bool)
         sent[payload[HEADER_WORDS:HEADER_WORDS + k].astype(np.int64)] = True
         u = u.reshape(grad.shape[0], -1).copy()
-        u[sent] = 0
+        if masking:
+            u[sent] = 0
         new_residuals.append(new_residual)
         new_velocities.append(u.reshape(grad.shape))
     returned = total if delivered is None else (total - f32(m) * delivered).astype(f32)
