@@ -38,7 +38,10 @@ def parse_args():
     p.add_argument('--lr-mode', default='cosine', choices=('cosine', 'constant'),
                    help='cosine: decays to 0 over the run (final accuracies then compare '
                         'without one epoch\'s noise)')
-    p.add_argument('--momentum', type=float, default=0.9)
+    p.add_argument('--momentum', type=float, default=0.9,
+                   help='of sgd; also given to a scheme that has a "momentum" parameter '
+                        '(Hylo: DGC\'s momentum correction) unless --compression-params '
+                        'sets it')
     p.add_argument('--wd', type=float, default=1e-4)
     p.add_argument('--seed', type=int, default=42,
                    help='initial weights (the same on every worker) and data order')
