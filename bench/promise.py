@@ -25,7 +25,9 @@ ratios raw/push and raw/pull, and wall seconds (training + evaluation).
         --schedules short --seeds 3 --json bench/results/promise_repro.json
 
 Specs are ``KVSTORE[:KEY=VALUE,...]`` as in bench/cluster.py (values: compression
-params). Jobs run seed-major (seed 1: every configuration and spec, then seed 2, ...),
+params). The training script gives a scheme with a ``momentum`` parameter its SGD
+momentum unless the spec sets it: ``dist_sync_hylo`` runs with Hylo's momentum
+correction, ``dist_sync_hylo:momentum=0`` without (as every run made before that). Jobs run seed-major (seed 1: every configuration and spec, then seed 2, ...),
 so a change of the machine's load hits every spec alike. With ``--json`` the file is
 rewritten after every job, and runs already in it are not run again (``--rerun`` runs
 them anyway): an interrupted sweep continues where it stopped.
