@@ -67,14 +67,19 @@ int outer_decode_add(const float* payload, int64_t payload_words, int64_t n, flo
   const int64_t in = n / out;
   const float* u = payload + kHeaderWords;
   const float* v = u + k * out;
+  // This payload's product is formed in `part` (a tile of a row) and then added, so
+  // that acc += decode(payload) exactly, as for every codec (and as the spec's
+  // decode_slots adds each worker's decoded tensor).
+  float part[kTile];
   for (int64_t start = 0; start < in; start += kTile) {
     const int64_t width = std::min(kTile, in - start);
     for (int64_t o = 0; o < out; ++o) {
-      float* row = acc + o * in + start;
+      zero(part, width);
       for (int64_t j = 0; j < k; ++j) {
         const float coef = u[j * out + o];
-        if (coef != 0.0f) axpy(row, coef, v + j * in + start, width);   // padding: skip
+        if (coef != 0.0f) axpy(part, coef, v + j * in + start, width);   // padding: skip
       }
+      add_into(acc + o * in + start, part, width);
     }
   }
   return kOk;

@@ -30,8 +30,9 @@ int outer_encode(const float* u, const float* v, int64_t rows, int64_t capacity,
                  int64_t out, int64_t in, float* payload);
 // out (n floats, out x in) = U^T V.
 int outer_decode(const float* payload, int64_t payload_words, int64_t n, float* out);
-// acc += U^T V, element by element in row order j = 0, 1, ... (float32, no FMA), as
-// python/kvx_ref/dad.py; a non-finite word is kBadWord (acc untouched).
+// acc += U^T V: each element's product summed in row order j = 0, 1, ... (float32, no
+// FMA), then added to acc, as python/kvx_ref/dad.py; a non-finite word is kBadWord (acc
+// untouched).
 int outer_decode_add(const float* payload, int64_t payload_words, int64_t n, float* acc);
 
 }  // namespace kvx
