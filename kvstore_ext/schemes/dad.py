@@ -68,8 +68,9 @@ class _SchemeNames:
 
 
 class DAD(Scheme):
-    """dAD / rank-dAD: Dense layers send their input activations and output deltas (or
-    low-rank factors); other layers go through a fallback scheme (Hylo)."""
+    """dAD / rank-dAD: Dense layers send inputs and output deltas, or their factors.
+
+    Every other tensor goes through a fallback scheme (Hylo); see the module."""
 
     name = 'dad'
     PARAMS = {
