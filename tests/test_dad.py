@@ -454,3 +454,39 @@ def test_dist_matches_dist_sync_and_reference(tmp_path, job_env, workers, server
     stats = info['stats']
     assert stats['steps'] == steps
     assert stats['push_bytes'] < stats['raw_bytes']
+
+
+def test_void_result_bytes_and_resume(tmp_path):
+    """The contract test's cases on a dAD key (the contract test itself runs without
+    ``attach``, so it sees the fallback only): another worker's NaN (a void result)
+    leaves nothing behind; bytes are the codec's; a resumed store continues alike."""
+    from test_scheme_contract import VoidingTransport
+    kv, net, _ = _one_layer_store({})
+    kv._transport = VoidingTransport(kv._transport)
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal((4, 60)).astype(f32) for _ in range(4)]
+    outs = []
+    for step, x in enumerate(xs):
+        kv._transport.voiding = step == 1
+        run_net(net, [x], [mx.cpu()])
+        want = net.weight.grad().asnumpy()
+        kv.pushpull(0, net.weight.grad())
+        outs.append(net.weight.grad().asnumpy())
+        if step == 1:
+            assert np.isnan(outs[-1]).all()
+        else:
+            close(outs[-1], want, 1e-6)
+    codec = kv._keys[0].codec
+    assert codec.describe() == 'dad 4 rows of 40 x 60'
+    stats = kv.comm_stats()
+    assert stats['push_bytes'] == 4 * 4 * codec.payload_words() == 4 * 4 * (8 + 4 * 100)
+    assert stats['pull_bytes'] == stats['raw_bytes'] == 4 * 4 * 2400
+    path = str(tmp_path / 'dad.kvx')
+    kv.save_compression_state(path)
+    resumed = mx.kv.create('dist_sync_dad')
+    resumed.load_compression_state(path)
+    assert resumed.comm_stats() == kv.comm_stats()
+    run_net(net, [xs[0]], [mx.cpu()])
+    want = net.weight.grad().asnumpy()
+    resumed.pushpull(0, net.weight.grad())
+    close(net.weight.grad().asnumpy(), want, 1e-6)
