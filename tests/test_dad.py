@@ -270,7 +270,7 @@ def test_dad_equals_the_gradient(hybrid):
     """The exactness claim on one worker: what dist_sync_dad returns for every parameter
     is the gradient itself (dist_sync's sum over one worker), to float32 rounding;
     Dense weights through dAD, everything else through the fallback (float32)."""
-    history, kv, net = trainer_run({'chunk_size': 8192}, hybrid=hybrid)
+    history, kv, net = trainer_run({'chunk_size': 8192, 'size_threshold': 0}, hybrid=hybrid)
     plan = sorted(kv.codec_plan().values())
     assert plan.count('dad 12 rows of 64 x 144') == 1 and plan.count('dad 12 rows of 48 x 64') == 1
     dense = dense_names(net)
@@ -287,7 +287,7 @@ def test_dad_equals_the_gradient(hybrid):
 @pytest.mark.parametrize('method', ['oneway', 'rankdad'])
 def test_rank_dad_matches_reference(method):
     history, kv, net = trainer_run({'method': method, 'rank': 3, 'iterations': 2,
-                                    'tol': 0.0})
+                                    'tol': 0.0, 'size_threshold': 0})
     dense = dense_names(net)
     for record in history:
         for name in dense:
@@ -323,8 +323,13 @@ def test_scheme_choices_and_fallback():
     with pytest.raises(ValueError):
         kvstore_ext.SCHEMES['dad'](method='svd')
     # the last layer (5 x 48, 12 rows) is not 2x smaller as rows: fallback
-    _, kv, _ = trainer_run({}, steps=1)
+    _, kv, _ = trainer_run({'size_threshold': 0}, steps=1)
     assert sum(d.startswith('dad') for d in kv.codec_plan().values()) == 2
+    # below size_threshold (the default, 32768): every layer is the fallback's
+    _, kv, _ = trainer_run({'method': 'oneway'}, steps=1)
+    assert not any(d.startswith('oneway') for d in kv.codec_plan().values())
+    _, kv, _ = trainer_run({'method': 'oneway', 'size_threshold': 3072}, steps=1)
+    assert sum(d.startswith('oneway') for d in kv.codec_plan().values()) == 2
     codec = OuterCodec((5, 48), None, capacity=12)
     assert not codec.compressible() and OuterCodec((64, 144), None, capacity=12).compressible()
 
@@ -342,7 +347,7 @@ def test_checkpoint_restores_fallback_params(tmp_path):
 
 def _one_layer_store(params):
     kv = mx.kv.create('dist_sync_dad')
-    kv.set_gradient_compression(params)
+    kv.set_gradient_compression(dict({'size_threshold': 0}, **params))
     net = nn.Dense(40, in_units=60)
     net.initialize(mx.init.Xavier())
     layer = dad.attach(net)[0]
@@ -410,7 +415,7 @@ DIST_CASES = [(2, 2, 'dad', False), (4, 1, 'dad', True), (2, 1, 'oneway', False)
 @pytest.mark.parametrize('workers, servers, method, hybrid', DIST_CASES)
 def test_dist_matches_dist_sync_and_reference(tmp_path, job_env, workers, servers, method,
                                               hybrid):
-    params = {'method': method, 'chunk_size': 8192, 'rank': 3}
+    params = {'method': method, 'chunk_size': 8192, 'rank': 3, 'size_threshold': 0}
     steps = 3
     launch(tmp_path, job_env, workers, servers,
            [dad_job.__file__, '--kvstore', 'dist_sync_dad', '--params', json.dumps(params),
