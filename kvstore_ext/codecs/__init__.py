@@ -9,3 +9,4 @@ from .element_topk import ElementTopKCodec  # noqa: F401
 from .fp16 import Float16Codec  # noqa: F401
 from .thc import ThcCodec  # noqa: F401
 from .powersgd import PowerSGDCodec  # noqa: F401
+from .outer import OuterCodec  # noqa: F401

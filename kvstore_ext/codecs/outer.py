@@ -160,9 +160,6 @@ class OuterCodec(GatherCodec):
             return self.reply_request(), self.payload_words()
         return None, 0
 
-    def same_as(self, other):
-        return type(self) is type(other) and vars(self) == vars(other)
-
     def describe(self):
         if self.method == 'dad':
             return 'dad %d rows of %d x %d' % (self.capacity, self.rows, self.cols)
