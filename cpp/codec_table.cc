@@ -8,6 +8,7 @@
 #include "codecs/adacomp.h"
 #include "codecs/element_topk.h"
 #include "codecs/fp32.h"
+#include "codecs/outer.h"
 #include "codecs/ternary.h"
 #include "codecs/topk.h"
 #include "kernel_util.h"
@@ -42,6 +43,11 @@ const CodecSpec kCodecs[] = {
      [](int64_t n, float k, float) -> int64_t {
        const int64_t entries = count_param(k);
        return entries < 0 ? -1 : element_topk_payload_words(n, entries);
+     }},
+    {kCodecOuter, "outer", outer_decode, outer_decode_add,
+     [](int64_t n, float k, float out) -> int64_t {
+       const int64_t rows = count_param(k), cols = count_param(out);
+       return rows < 0 || cols < 1 ? -1 : outer_payload_words(n, rows, cols);
      }},
 };
 const int kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);

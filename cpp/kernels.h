@@ -21,6 +21,7 @@
 #include "codecs/adacomp.h"
 #include "codecs/element_topk.h"
 #include "codecs/fp32.h"
+#include "codecs/outer.h"
 #include "codecs/ternary.h"
 #include "codecs/thc.h"
 #include "codecs/topk.h"

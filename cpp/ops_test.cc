@@ -13,6 +13,8 @@
 //   kvx_adacomp_decode_add(payload, acc*)              -> status
 //   kvx_element_topk_decode(payload; shape)            -> out f32[shape], status
 //   kvx_element_topk_decode_add(payload, acc*)         -> status
+//   kvx_outer_decode(payload; shape)                   -> out f32[shape], status
+//   kvx_outer_decode_add(payload, acc*)                -> status
 //   kvx_filter_scores(x)                               -> scores f32[O]
 //   kvx_twobit_encode(grad, residual*; threshold)      -> words f32[ceil(n/16)] (raw bits)
 //   kvx_twobit_decode(words; threshold, shape)         -> out f32[shape]
@@ -111,6 +113,13 @@ struct ElementTopkDecodeAdd : DecodeAddOp<ElementTopkDecodeAdd, kvx::element_top
   static constexpr const char* name = "kvx_element_topk_decode_add";
 };
 
+struct OuterDecode : DecodeOp<kvx::outer_decode> {
+  static constexpr const char* name = "kvx_outer_decode";
+};
+struct OuterDecodeAdd : DecodeAddOp<OuterDecodeAdd, kvx::outer_decode_add> {
+  static constexpr const char* name = "kvx_outer_decode_add";
+};
+
 struct FilterScores : OpSpec {
   static constexpr const char* name = "kvx_filter_scores";
   static constexpr const char* inputs[] = {"x"};
@@ -200,6 +209,8 @@ KVX_REGISTER_OP(AdacompDecode);
 KVX_REGISTER_OP(AdacompDecodeAdd);
 KVX_REGISTER_OP(ElementTopkDecode);
 KVX_REGISTER_OP(ElementTopkDecodeAdd);
+KVX_REGISTER_OP(OuterDecode);
+KVX_REGISTER_OP(OuterDecodeAdd);
 KVX_REGISTER_OP(FilterScores);
 KVX_REGISTER_OP(TwoBitEncode);
 KVX_REGISTER_OP(TwoBitDecode);

@@ -8,7 +8,7 @@ import numpy as np
 
 from .errors import VOID, PayloadError, status_message
 from .ops import op
-from .wire import FP32, TERNARY, TOPK
+from .wire import FP32, OUTER, TERNARY, TOPK
 
 
 def decode_slots(slots, capacity):
@@ -49,7 +49,8 @@ def decode_sum(payloads, shape):
 # The request travels as a reply row of float32 words that the key carries with it:
 # [REPLY_MAGIC, codec id, n % 2**24, n // 2**24, a, b, c] (the codec's parameters:
 # top-k: k, filter size, 0; ternary: scale, fixed threshold, 1 if the value sent is the
-# mean of the selected). Codec id 1 (float32) is the plain reply: the float32 sum.
+# mean of the selected; outer products (rank-dAD's 'rankdad'): rank, rows of the
+# weight, power iterations). Codec id 1 (float32) is the plain reply: the float32 sum.
 
 REPLY_MAGIC = 7341.0
 REPLY_WORDS = 7
@@ -88,7 +89,23 @@ def _ternary_reply(total, residual, scale, threshold, mean_value):
     return payload
 
 
-_REENCODE = {FP32: None, TOPK: _topk_reply, TERNARY: _ternary_reply}
+def _outer_reply(total, residual, rank, rows, iterations):
+    """rank-dAD's 'rankdad': the summed gradient (rows x cols) factorised again to
+    rank r by the workers' power iteration (seed 0, no early stop; lowrank.py), replied
+    as its factors. No residual, as the authors' (``residual`` stays zero)."""
+    from mxnet import ndarray
+    from .codecs.base import check_encoded
+    from .lowrank import factors_of_matrix
+    matrix = total.asnumpy().reshape((int(rows), -1))
+    p, q = factors_of_matrix(matrix, int(rank), int(iterations))
+    payload, status = op('kvx_outer_encode')(ndarray.array(p.T, dtype=np.float32),
+                                             ndarray.array(q.T, dtype=np.float32),
+                                             capacity=int(rank))
+    check_encoded(status, 'aggregate')
+    return payload
+
+
+_REENCODE = {FP32: None, TOPK: _topk_reply, TERNARY: _ternary_reply, OUTER: _outer_reply}
 
 
 def reencode(total, residual, request):

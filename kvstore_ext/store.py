@@ -214,6 +214,7 @@ class CompressedKVStore(KVStoreBase):
             for o in outs:
                 self._check_out(key, o)
             state.checked = (tuple(values), tuple(outs))
+            self._scheme.bind(key, values)
         step = self._stats.pushes(key)
         if state.codec is None or (step and self._scheme.replans_at(step)):
             if step and step > self._settled:

@@ -11,10 +11,12 @@ HEADER_WORDS = 8
 MANTISSA_F32 = 24              # integers are exact in float32 below 2**24
 
 # ids of the server-decoded codecs (header word 1), by kvstore_ext codec name
-CODEC_IDS = {'fp32': 1, 'topk': 2, 'ternary': 3, 'adacomp': 4, 'element_topk': 5}
+CODEC_IDS = {'fp32': 1, 'topk': 2, 'ternary': 3, 'adacomp': 4, 'element_topk': 5,
+             'outer': 6}
 FP32, TOPK, TERNARY = CODEC_IDS['fp32'], CODEC_IDS['topk'], CODEC_IDS['ternary']
 ADACOMP = CODEC_IDS['adacomp']
 ELEMENT_TOPK = CODEC_IDS['element_topk']
+OUTER = CODEC_IDS['outer']
 
 TERNARY_DIGITS = 15            # base-3 digits a float32 word: 3**15 <= 2**24 < 3**16
 
@@ -67,6 +69,14 @@ def element_topk_payload_words(n, k):
     return HEADER_WORDS + k * (element_topk_index_words(n) + 1)
 
 
+def outer_payload_words(n, k, out):
+    """Header + U (k x out) + V (k x in), in = n / out: a sum of k outer products
+    (dAD's rows, rank-dAD's factors). -1 (as the library) if out does not divide n."""
+    if k < 0 or out < 1 or n < 1 or n % out:
+        return -1
+    return HEADER_WORDS + k * (out + n // out)
+
+
 # payload words of a server-decoded codec from n and its header parameters a, b
 PAYLOAD_WORDS = {
     FP32: lambda n, a, b: fp32_payload_words(n),
@@ -74,4 +84,5 @@ PAYLOAD_WORDS = {
     TERNARY: lambda n, a, b: ternary_payload_words(n),
     ADACOMP: lambda n, a, b: adacomp_payload_words(n, int(b)),
     ELEMENT_TOPK: lambda n, a, b: element_topk_payload_words(n, int(a)),
+    OUTER: lambda n, a, b: outer_payload_words(n, int(a), int(b)),
 }

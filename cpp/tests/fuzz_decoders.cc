@@ -115,6 +115,16 @@ std::vector<float> valid_payload(Words& w, const char* name, int64_t n) {
     const int64_t k = 1 + static_cast<int64_t>(w.below(static_cast<uint64_t>(n)));
     p.resize(static_cast<size_t>(kvx::element_topk_payload_words(n, k)));
     kvx::element_topk_encode(grad.data(), residual.data(), n, k, p.data());
+  } else if (!std::strcmp(name, "outer")) {
+    int64_t out = 1 + static_cast<int64_t>(w.below(8));
+    while (n % out) --out;
+    const int64_t capacity = static_cast<int64_t>(w.below(6));
+    const int64_t rows = capacity ? static_cast<int64_t>(w.below(static_cast<uint64_t>(capacity) + 1)) : 0;
+    std::vector<float> u(static_cast<size_t>(rows * out)), v(static_cast<size_t>(rows * (n / out)));
+    for (float& x : u) x = grad[w.below(static_cast<uint64_t>(n))];
+    for (float& x : v) x = grad[w.below(static_cast<uint64_t>(n))];
+    p.resize(static_cast<size_t>(kvx::outer_payload_words(n, capacity, out)));
+    kvx::outer_encode(u.data(), v.data(), rows, capacity, out, n / out, p.data());
   } else if (!std::strcmp(name, "adacomp")) {
     const int64_t capacity = 1 + static_cast<int64_t>(w.below(static_cast<uint64_t>(n)));
     p.resize(static_cast<size_t>(kvx::adacomp_payload_words(n, capacity)));

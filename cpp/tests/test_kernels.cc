@@ -1298,6 +1298,59 @@ void test_element_topk_malformed() {
 
 }  // namespace
 
+// ---- outer products (dAD) -----------------------------------------------------------
+
+void test_outer() {
+  g_test = "outer";
+  // 2 rows (capacity 3) of u (2 x 2) and v (2 x 3): U^T V by hand
+  const Floats u = {1.0f, 2.0f, -1.0f, 0.5f};
+  const Floats v = {1.0f, 0.0f, 2.0f, 4.0f, -2.0f, 1.0f};
+  Floats payload(kvx::outer_payload_words(6, 3, 2));
+  CHECK_EQ(payload.size(), 8u + 3u * 5u);
+  CHECK_EQ(kvx::outer_encode(u.data(), v.data(), 2, 3, 2, 3, payload.data()), kvx::kOk);
+  CHECK_EQ(payload[1], kvx::kCodecOuter);
+  CHECK_EQ(payload[5], 3.0f);
+  CHECK_EQ(payload[6], 2.0f);
+  Floats out(6, 9.0f);
+  CHECK_EQ(kvx::outer_decode(payload.data(), payload.size(), 6, out.data()), kvx::kOk);
+  const Floats want = {1.0f - 4.0f, 0.0f + 2.0f, 2.0f - 1.0f,        // row 0: u00 v0 + u10 v1
+                       2.0f + 2.0f, 0.0f - 1.0f, 4.0f + 0.5f};       // row 1
+  CHECK(same_bits(out, want));
+  Floats acc(6, 1.0f);
+  CHECK_EQ(kvx::outer_decode_add(payload.data(), payload.size(), 6, acc.data()), kvx::kOk);
+  for (int i = 0; i < 6; ++i) CHECK_EQ(acc[i], 1.0f + want[i]);
+  // 4-row blocks and a remainder row, tiles of columns: against a plain loop
+  const int64_t rows = 5, out_n = 7, in_n = 1300, cap = 6;
+  const Floats bu = randn(rows * out_n, 3), bv = randn(rows * in_n, 4);
+  Floats big(kvx::outer_payload_words(out_n * in_n, cap, out_n));
+  CHECK_EQ(kvx::outer_encode(bu.data(), bv.data(), rows, cap, out_n, in_n, big.data()), kvx::kOk);
+  Floats got(out_n * in_n);
+  CHECK_EQ(kvx::outer_decode(big.data(), big.size(), out_n * in_n, got.data()), kvx::kOk);
+  Floats plain(out_n * in_n, 0.0f);
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t o = 0; o < out_n; ++o)
+      for (int64_t i = 0; i < in_n; ++i) plain[o * in_n + i] += bu[j * out_n + o] * bv[j * in_n + i];
+  CHECK(same_bits(got, plain));
+  // non-finite input, malformed payloads: statuses, zeros, acc untouched
+  Floats bad_v = v;
+  bad_v[4] = kNaN;
+  CHECK_EQ(kvx::outer_encode(u.data(), bad_v.data(), 2, 3, 2, 3, payload.data()), kvx::kNonFinite);
+  CHECK(all_zero(payload));
+  CHECK_EQ(kvx::outer_encode(u.data(), v.data(), 4, 3, 2, 3, payload.data()), kvx::kBadParam);
+  CHECK_EQ(kvx::outer_encode(u.data(), v.data(), 2, 3, 2, 3, payload.data()), kvx::kOk);
+  const Floats before = acc;
+  Floats broken = payload;
+  broken[6] = 4.0f;                                  // 4 does not divide n = 6
+  CHECK_EQ(kvx::outer_decode_add(broken.data(), broken.size(), 6, acc.data()), kvx::kBadParam);
+  broken = payload;
+  broken[10] = kInf;
+  CHECK_EQ(kvx::outer_decode_add(broken.data(), broken.size(), 6, acc.data()), kvx::kBadWord);
+  CHECK_EQ(kvx::outer_decode_add(payload.data(), payload.size() - 1, 6, acc.data()), kvx::kBadSize);
+  CHECK(same_bits(acc, before));
+  CHECK_EQ(kvx::outer_decode(broken.data(), broken.size(), 6, out.data()), kvx::kBadWord);
+  CHECK(all_zero(out));
+}
+
 int main() {
   test_wire();
   test_numpy_order_sum();
@@ -1326,6 +1379,7 @@ int main() {
   test_element_topk_roundtrips();
   test_element_topk_nonfinite();
   test_element_topk_malformed();
+  test_outer();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures > 100 ? 100 : g_failures;
 }

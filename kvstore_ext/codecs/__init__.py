@@ -10,3 +10,4 @@ from .fp16 import Float16Codec  # noqa: F401
 from .momentum import MomentumTopKCodec, MomentumAdditiveTopKCodec  # noqa: F401
 from .thc import ThcCodec  # noqa: F401
 from .powersgd import PowerSGDCodec  # noqa: F401
+from .outer import OuterCodec  # noqa: F401

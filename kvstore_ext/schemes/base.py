@@ -47,6 +47,13 @@ class Scheme:
         choice depends on the shape only (``codec_for``)."""
         return self.codec_for(shape, dtype, step=step)
 
+    def bind(self, key, arrays):
+        """``arrays``: the NDArrays a ``pushpull``/``push`` of ``key`` was given (one per
+        device), handed over once per key and again whenever the caller passes other
+        arrays, before the key is planned. A scheme that needs to know which tensor
+        the key is beyond its shape (dAD matches a key to the Dense layer whose weight
+        gradient these arrays are) overrides it; by default nothing happens."""
+
     def observes(self, key, step, rank):
         """True if the scheme wants to see ``key``'s error-compensated gradient at
         ``step`` on the worker of ``rank`` (``observe``); the store forms it only then."""

@@ -484,8 +484,11 @@ def fp16_server_sum(halves):
 
 # -- server-decode aggregation ----------------------------------------------------
 
+from .dad import outer_decode  # noqa: E402  (dad.py imports wire only)
+
 _DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: ternary_decode,
-             wire.ADACOMP: adacomp_decode, wire.ELEMENT_TOPK: element_topk_decode}
+             wire.ADACOMP: adacomp_decode, wire.ELEMENT_TOPK: element_topk_decode,
+             wire.OUTER: outer_decode}
 
 
 def decode_slots(slots, capacity):

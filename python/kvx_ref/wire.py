@@ -21,7 +21,7 @@ HEADER_WORDS = 8
 MANTISSA_BITS = {np.dtype(np.float32): 24, np.dtype(np.float64): 53}
 
 # codec ids (header word 1)
-FP32, TOPK, TERNARY, ADACOMP, ELEMENT_TOPK = 1, 2, 3, 4, 5
+FP32, TOPK, TERNARY, ADACOMP, ELEMENT_TOPK, OUTER = 1, 2, 3, 4, 5, 6
 
 # status codes returned by encoders and decoders (0 = ok)
 OK, NONFINITE, BAD_MAGIC, BAD_VERSION, BAD_CODEC, BAD_SIZE, BAD_PARAM, BAD_INDEX, BAD_WORD, \

@@ -1,0 +1,173 @@
+"""dAD / rank-dAD: Dense layers send what their gradient is made of; other layers go
+through a fallback scheme (Hylo by default).
+
+Bischof, Rahman, Ghosh, Plis, "Distributed Auto-Differentiation" (arXiv 2102.09631;
+the authors' code: bbradt/catalyst-dad). A Dense layer's weight gradient over a batch
+is ``D^T A`` (A: the layer's inputs, rows x in; D: the gradient w.r.t. its output
+before the activation, rows x out), so a worker may send A and D, ``rows * (in +
+out)`` floats, instead of ``in * out``. ``kvstore_ext.dad.attach(net)`` captures them
+(kvstore_ext/dad.py); this scheme, per key:
+
+1. **Which key is which layer.** The store hands the scheme a key's gradient arrays
+   (``bind``); a key whose arrays are the weight gradients of an attached Dense is a
+   dAD key. Every other key (conv, bias, BatchNorm, a Dense without ``attach``, a
+   non-float32 one) takes the ``fallback`` scheme's codec, with the parameters given
+   as ``'fallback.<name>'`` (e.g. ``{'fallback': 'hylo', 'fallback.conv_rate': 0.1}``).
+   Biases take the fallback too: their exact gradient is D's column sums, but they are
+   small (Hylo sends them float32, exactly).
+2. **Layout.** At a dAD key's first step (its plan), its payload is fixed (the server
+   key is laid out once): ``capacity`` rows (``dad``: the rows captured at that first
+   step, unless ``capacity`` is set; rank-dAD: ``rank``). A layer whose payload is not
+   at least 2x smaller than its weight, in every chunk (the weight is cut into row
+   ranges above ``chunk_size``, each sending its columns of D and all of A), takes the
+   fallback (e.g. MNIST's 10 x 512 output layer at batch 32). So does a weight of fewer
+   than ``size_threshold`` elements (32768, as every scheme here, so that all schemes
+   compress the same tensors): without it rank-dAD sent MNIST's 10 x 256 output layer
+   as rank 4 (2.6x smaller; measured: docs/SCHEMES.md).
+3. **The step** (codecs/outer.py): ``method='dad'`` (default) sends U = D, V = A; the
+   servers add ``U^T V`` of every worker: the exact sum of the workers' gradients, as
+   ``dist_sync`` (to float32 rounding; tests/test_dad.py holds it). ``'oneway'``:
+   rank-dAD, each worker sends the rank-``rank`` factors of its ``D^T A`` from
+   ``iterations`` power iterations with deflation, run on products with A and D
+   (the product is formed only when rows * (in + out) >= in * out), and the servers
+   add the products of every worker's factors, float32 pull. ``'rankdad'``: the same,
+   and the servers factorise the sum again to rank ``rank`` and reply its factors
+   (the authors' second power iteration on the gathered factors; the pull shrinks too).
+4. **No error feedback**, as the authors: dAD is exact; for rank-dAD a residual would
+   need ``D^T A`` formed on every worker every step, which the method exists to avoid.
+
+Defaults: ``method='dad'`` (exact: the scheme's claim, at ``rows * (in + out)`` a
+layer); rank-dAD ``rank=4`` (the authors' default is 2; 4 as PowerSGD's here, the top
+of PyTorch's advised 1-4), ``iterations=1`` (the authors' default), ``tol=1e-3`` (the
+authors'; it only acts with more than one iteration). Between the two rank-dAD
+methods ``'oneway'`` is the one to pick first: it adds only one approximation (each
+worker's), while ``'rankdad'`` approximates the sum once more, with nothing to carry
+the loss to the next step.
+"""
+import numpy as np
+
+from .base import Scheme
+from .. import chunking
+from .. import dad as capture
+from ..codecs.outer import METHODS, OuterCodec
+from ..params import Param
+
+PREFIX = 'fallback.'
+
+
+class _SchemeNames:
+    """The registered schemes other than dad, looked up when a value is checked (the
+    registry fills after this module is imported)."""
+
+    def _names(self):
+        from ..registry import SCHEMES
+        return sorted(name for name in SCHEMES if name != DAD.name)
+
+    def __contains__(self, name):
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+
+class DAD(Scheme):
+    """dAD / rank-dAD: Dense layers send inputs and output deltas, or their factors.
+
+    Every other tensor goes through a fallback scheme (Hylo); see the module."""
+
+    name = 'dad'
+    PARAMS = {
+        'method': Param('str', 'dad', "'dad' (A and D: the exact sum), 'oneway' (rank-dAD "
+                        "factors, float32 pull) or 'rankdad' (factors, and the servers "
+                        "re-factorise the sum)", choices=METHODS),
+        'rank': Param('int', 4, 'rank-dAD: rank of each worker\'s factors', low=1),
+        'iterations': Param('int', 1, 'rank-dAD: power iterations per component', low=1),
+        'tol': Param('float', 1e-3, 'rank-dAD: stop iterating when the vector moves less',
+                     low=0),
+        'seed': Param('int', 0, 'rank-dAD: seed of the start vectors', low=0),
+        'size_threshold': Param('int', 32768, 'Dense weights with fewer elements take the '
+                                'fallback', low=0),
+        'capacity': Param('int', 0, "dad: rows a step may capture per layer (0: the rows of "
+                          "the layer's first step)", low=0),
+        'check_gradient': Param('int', 1, '1: refuse a Dense gradient that is not the '
+                                'product of its captured rows', low=0, high=1),
+        'fallback': Param('str', 'hylo', 'scheme of every other tensor; its parameters as '
+                          "'fallback.<name>'", choices=_SchemeNames()),
+    }
+
+    def __init__(self, **given):
+        theirs = {k[len(PREFIX):]: v for k, v in given.items() if k.startswith(PREFIX)}
+        super().__init__(**{k: v for k, v in given.items() if not k.startswith(PREFIX)})
+        if 'chunk_size' in theirs:
+            raise ValueError('give chunk_size, not %schunk_size: the fallback cuts tensors '
+                             'as dad does' % PREFIX)
+        from ..registry import SCHEMES
+        self.fallback = SCHEMES[self.params['fallback']](
+            chunk_size=self.params['chunk_size'], **theirs)
+        self.params.update({PREFIX + k: self.fallback.params[k] for k in theirs})
+        self._bound = {}        # key -> capture.Layer
+        self._plans = {}        # key -> OuterCodec, or None: planned through the fallback
+
+    # -- which key is which layer ------------------------------------------------------
+    def bind(self, key, arrays):
+        handles = {a.handle.value for a in arrays}
+        for layer in capture.layers():
+            if layer.grad_handles() & handles:
+                self._bound[key] = layer
+                return
+        self._bound.pop(key, None)
+
+    def layer_of(self, key):
+        return self._bound.get(key)
+
+    # -- the codec of a key --------------------------------------------------------------
+    def codec_for(self, shape, dtype, step=0):
+        return self.fallback.codec_for(shape, dtype, step=step)
+
+    def codec_for_key(self, key, shape, dtype, step=0):
+        if key in self._plans:
+            codec = self._plans[key]
+            if codec is not None and codec.layer is self._bound.get(key):
+                return codec
+        codec = self.dad_codec(self._bound.get(key), shape, dtype)
+        if codec is not None:
+            self._plans[key] = codec
+            return codec
+        return self.fallback.codec_for_key(key, shape, dtype, step=step)
+
+    def dad_codec(self, layer, shape, dtype):
+        """The key's OuterCodec, or None if it takes the fallback."""
+        p = self.params
+        if layer is None or np.dtype(dtype) != np.float32 or len(shape) != 2 or \
+                shape[0] != layer.units or shape[0] * shape[1] < p['size_threshold']:
+            return None
+        capacity = p['capacity']
+        if p['method'] == 'dad' and not capacity:
+            layer.wait()
+            capacity = layer.pending_rows()
+            if not capacity:
+                return None            # no capture at its first step: the fallback's
+        codec = OuterCodec(shape, layer, p['method'], capacity, p['rank'], p['iterations'],
+                           p['tol'], p['seed'], bool(p['check_gradient']))
+        if not all(c.codec.compressible() for c in chunking.split(codec, p['chunk_size'])):
+            return None
+        return codec
+
+    # -- the fallback's hooks, for its keys ------------------------------------------------
+    def replans_at(self, step):
+        return self.fallback.replans_at(step)
+
+    def observes(self, key, step, rank):
+        return self._plans.get(key) is None and self.fallback.observes(key, step, rank)
+
+    def observe(self, key, acc, step):
+        self.fallback.observe(key, acc, step)
+
+    def settle(self, step, rank, share):
+        self.fallback.settle(step, rank, share)
+
+    def state(self):
+        return self.fallback.state()
+
+    def restore(self, state):
+        self.fallback.restore(state)
