@@ -159,6 +159,9 @@ def test_scripts_pass_the_optimizers_momentum():
     bad = {'conv_rate_min': 0.5, 'conv_rate_max': 0.1}     # refused later, with its reason
     assert with_optimizer_momentum('dist_sync_hylo', bad, sgd) == bad
     assert with_optimizer_momentum('dist_sync_topk', {}, sgd) == {}
+    assert with_optimizer_momentum('dist_sync_dad', {}, sgd) == {'fallback.momentum': 0.9}
+    assert with_optimizer_momentum('dist_sync_dad', {'fallback': 'topk'}, sgd) == \
+        {'fallback': 'topk'}
     nag = types.SimpleNamespace(optimizer='nag', momentum=0.9)
     assert with_optimizer_momentum('dist_sync_hylo', {}, nag) == {}
     still = types.SimpleNamespace(optimizer='sgd', momentum=0.0)

@@ -60,23 +60,25 @@ def check_kvstore_flags(args):
 
 
 def with_optimizer_momentum(name, params, args):
-    """``params`` plus ``momentum``: the optimizer's, for a scheme with a ``momentum``
-    parameter (DGC's momentum correction, e.g. Hylo's conv top-k) that the user did not
-    set. The kvstore cannot see the optimizer (it runs on the workers), so the script
-    tells it. Only for plain SGD with momentum (the correction relies on SGD's momentum
-    update), and only where the scheme accepts it with the other parameters (Hylo:
-    server aggregation)."""
+    """``params`` plus the optimizer's momentum for every parameter of the scheme named
+    ``momentum`` (or ``<part>.momentum``, e.g. dAD's ``fallback.momentum``) that the
+    user did not set: DGC's momentum correction (Hylo's conv top-k) needs it, and the
+    kvstore cannot see the optimizer (it runs on the workers), so the script tells it.
+    Only for plain SGD with momentum (the correction relies on SGD's momentum update),
+    and only if the scheme accepts it with the other parameters."""
     import kvstore_ext
     scheme = kvstore_ext.SCHEMES.get(name[len('dist_sync_'):])
     momentum = getattr(args, 'momentum', 0.0)
-    if scheme is None or 'momentum' not in scheme.PARAMS or 'momentum' in params or \
-            getattr(args, 'optimizer', 'sgd') != 'sgd' or not momentum:
+    if scheme is None or getattr(args, 'optimizer', 'sgd') != 'sgd' or not momentum:
         return params
     try:
-        scheme(**dict(params, momentum=momentum))
-    except (ValueError, TypeError):
+        names = [n for n in scheme(**params).params
+                 if (n == 'momentum' or n.endswith('.momentum')) and n not in params]
+        given = dict(params, **{n: momentum for n in names})
+        scheme(**given)
+    except (ValueError, TypeError):      # refused later, with its reason
         return params
-    return dict(params, momentum=momentum)
+    return given
 
 
 def contexts(args):

@@ -104,7 +104,9 @@ class DAD(Scheme):
         from ..registry import SCHEMES
         self.fallback = SCHEMES[self.params['fallback']](
             chunk_size=self.params['chunk_size'], **theirs)
-        self.params.update({PREFIX + k: self.fallback.params[k] for k in theirs})
+        # every parameter of the fallback, as set (what a summary or a checkpoint shows)
+        self.params.update({PREFIX + k: v for k, v in self.fallback.params.items()
+                            if k != 'chunk_size'})
         self._bound = {}        # key -> capture.Layer
         self._plans = {}        # key -> OuterCodec, or None: planned through the fallback
 
