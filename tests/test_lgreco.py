@@ -66,17 +66,24 @@ def expected_choice(scheme, sums, shapes=SHAPES):
                 size += r * (c.codec.rows + c.codec.cols)
             options.append((r, np.sqrt(err2), size))
         table.append(options)
-    default = scheme.params['rank']
-    budget = sum(e for options in table for r, e, _ in options if r == default)
-    width = budget / scheme.params['buckets']
+    return brute_force_choice(keys, table, [scheme.params['rank']] * len(keys),
+                              scheme.params['buckets'])
+
+
+def brute_force_choice(keys, table, defaults, buckets):
+    """{key: value} of least total size whose bucketed errors fit the budget (the
+    defaults' total error in ``buckets``), by trying every combination. ``table``: per
+    key, [(value, error, size)]."""
+    budget = sum(e for options, d in zip(table, defaults) for v, e, _ in options if v == d)
+    width = budget / buckets
     best = None
     for combo in itertools.product(*table):
         used = sum(int(np.floor(e / width * (1 + 1e-12))) for _, e, _ in combo)
-        if used > scheme.params['buckets']:
+        if used > buckets:
             continue
         cost = (sum(s for _, _, s in combo), used)
         if best is None or cost < best[0]:
-            best = (cost, {k: r for k, (r, _, _) in zip(keys, combo)})
+            best = (cost, {k: v for k, (v, _, _) in zip(keys, combo)})
     return best[1]
 
 
@@ -202,29 +209,37 @@ def test_dist_two_workers_agree(tmp_path, job_env):
     assert infos[0]['plans']['1'] == infos[0]['plans']['0']
 
 
-def test_ranks_survive_a_checkpoint(tmp_path):
-    """A store resumed after a re-plan keeps the chosen ranks and continues bit for bit
-    (window 1: the next re-plan's measurement is taken after the resume)."""
-    params = dict(PARAMS, adjust_freq=2, window=1)
-    kv = mx.kv.create('dist_sync_lgreco')
+def assert_resume_continues(kvstore, params, shapes, gradient, moved, tmp_path):
+    """A store of ``kvstore`` resumed after a re-plan (3 steps; ``moved(scheme)``: the
+    re-plan changed something) keeps the chosen values and continues bit for bit."""
+    kv = mx.kv.create(kvstore)
     kv.set_gradient_compression(params)
 
     def run(store, steps):
         outs = []
         for step in steps:
-            for key in SHAPES:
+            for key in shapes:
                 value = mx.nd.array(gradient(key, step))
                 store.pushpull(key, value)
                 outs.append(value.asnumpy())
         return outs
 
     run(kv, range(3))
-    assert kv.scheme.history and any(r != 4 for r in kv.scheme.history[-1][1].values())
+    assert moved(kv.scheme)
     path = str(tmp_path / 'state.kvx')
     kv.save_compression_state(path)
-    resumed = mx.kv.create('dist_sync_lgreco')
+    resumed = mx.kv.create(kvstore)
     resumed.load_compression_state(path)
     a, b = run(kv, range(3, 6)), run(resumed, range(3, 6))
     assert resumed.codec_plan() == kv.codec_plan()
     for x, y in zip(a, b):
         assert np.array_equal(x, y)
+
+
+def test_ranks_survive_a_checkpoint(tmp_path):
+    """A store resumed after a re-plan keeps the chosen ranks and continues bit for bit
+    (window 1: the next re-plan's measurement is taken after the resume)."""
+    assert_resume_continues(
+        'dist_sync_lgreco', dict(PARAMS, adjust_freq=2, window=1), SHAPES, gradient,
+        lambda scheme: scheme.history and any(r != 4 for r in scheme.history[-1][1].values()),
+        tmp_path)

@@ -9,7 +9,6 @@ window, the errors from plain float64 formulas (top-k by ``topk_select``, the te
 rule written out), and the cheapest combination by brute force under the
 discretised budget of Hylo's defaults.
 """
-import itertools
 import json
 import math
 import os
@@ -26,6 +25,7 @@ from kvstore_ext.codecs import (FilterTopKCodec, TernaryCodec, AdditiveTopKCodec
 from kvstore_ext.schemes.lgreco_hylo import LGreCoHylo
 
 from test_dist_aggregate import JOB, launch
+from test_lgreco import assert_resume_continues, brute_force_choice
 
 f32 = np.float32
 SHAPES = {'a': (64, 8, 3, 3), 'b': (40, 12, 3, 3), 'fc': (90, 100), 'bias': (40,)}
@@ -81,17 +81,7 @@ def expected_choice(scheme, sums, shapes=SHAPES):
     keys = sorted(sums)
     table = [option_table(scheme, shapes[k], sums[k]) for k in keys]
     defaults = [scheme.layer_default(shapes[k], f32) for k in keys]
-    budget = sum(e for options, d in zip(table, defaults) for v, e, _ in options if v == d)
-    width = budget / scheme.params['buckets']
-    best = None
-    for combo in itertools.product(*table):
-        used = sum(int(np.floor(e / width * (1 + 1e-12))) for _, e, _ in combo)
-        if used > scheme.params['buckets']:
-            continue
-        cost = (sum(s for _, _, s in combo), used)
-        if best is None or cost < best[0]:
-            best = (cost, {k: v for k, (v, _, _) in zip(keys, combo)})
-    return best[1]
+    return brute_force_choice(keys, table, defaults, scheme.params['buckets'])
 
 
 def values_of(kv, key):
@@ -230,30 +220,10 @@ def test_changes_are_logged(caplog):
 def test_choice_survives_a_checkpoint(tmp_path):
     """A store resumed after a re-plan keeps the chosen knobs and continues bit for bit
     (window 1: the next re-plan's measurement is taken after the resume)."""
-    params = dict(PARAMS, adjust_freq=2, window=1)
-    kv = mx.kv.create('dist_sync_lgreco_hylo')
-    kv.set_gradient_compression(params)
-
-    def run(store, steps):
-        outs = []
-        for step in steps:
-            for key in SHAPES:
-                value = mx.nd.array(gradient(key, step))
-                store.pushpull(key, value)
-                outs.append(value.asnumpy())
-        return outs
-
-    run(kv, range(3))
-    chosen = kv.scheme.history[-1][1]
-    assert any(v != kv.scheme.layer_default(SHAPES[k], f32) for k, v in chosen.items())
-    path = str(tmp_path / 'state.kvx')
-    kv.save_compression_state(path)
-    resumed = mx.kv.create('dist_sync_lgreco_hylo')
-    resumed.load_compression_state(path)
-    a, b = run(kv, range(3, 6)), run(resumed, range(3, 6))
-    assert resumed.codec_plan() == kv.codec_plan()
-    for x, y in zip(a, b):
-        assert np.array_equal(x, y)
+    assert_resume_continues(
+        'dist_sync_lgreco_hylo', dict(PARAMS, adjust_freq=2, window=1), SHAPES, gradient,
+        lambda scheme: any(v != scheme.layer_default(SHAPES[k], f32)
+                           for k, v in scheme.history[-1][1].items()), tmp_path)
 
 
 # -- a real job -------------------------------------------------------------------------

@@ -106,13 +106,16 @@ class GatherCodec(Codec):
         return decode_sum([payload], self.shape)
 
     def step(self, grad, state, num_workers, rank):
-        payload = self.encode(grad, state.residual)
-        if self.compressed_reply:
-            total = yield Gather('payload', payload, self.size, self.reply_request(),
-                                 self.payload_words())
-        else:
-            total = yield Gather('payload', payload, self.size)
+        total = yield self.gather(self.encode(grad, state.residual))
         return total.reshape(self.shape)
+
+    def gather(self, payload):
+        """The round that sends ``payload``: its sum comes back float32, or re-encoded
+        by the servers (``compressed_reply``)."""
+        if self.compressed_reply:
+            return Gather('payload', payload, self.size, self.reply_request(),
+                          self.payload_words())
+        return Gather('payload', payload, self.size)
 
     def wire_words(self, num_workers):
         pulled = self.payload_words() if self.compressed_reply else self.size

@@ -23,7 +23,6 @@ import numpy as np
 
 from .additive import AdditiveTopKCodec
 from .topk import FilterTopKCodec
-from ..rounds import Gather
 from ..wire import HEADER_WORDS
 
 
@@ -83,11 +82,7 @@ class MomentumTopKCodec(MomentumCorrection, FilterTopKCodec):
 
     def corrected_round(self, velocity, state, num_workers, rank):
         payload = self.encode(velocity, state.residual)
-        if self.compressed_reply:
-            total = yield Gather('payload', payload, self.size, self.reply_request(),
-                                 self.payload_words())
-        else:
-            total = yield Gather('payload', payload, self.size)
+        total = yield self.gather(payload)
         return total, payload[HEADER_WORDS:HEADER_WORDS + self.k]
 
 

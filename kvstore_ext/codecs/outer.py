@@ -28,7 +28,7 @@ import numpy as np
 from .base import GatherCodec, check_encoded
 from .. import lowrank
 from ..ops import op
-from ..rounds import Gather, void, void_sum
+from ..rounds import void, void_sum
 from ..wire import OUTER, outer_payload_words
 
 METHODS = ('dad', 'oneway', 'rankdad')
@@ -141,9 +141,7 @@ class OuterCodec(GatherCodec):
         # 2. NaN/Inf: a void round
         finite = int(op('kvx_finite_check')(grad.reshape((-1,))).asscalar()) == 0
         if not (finite and np.isfinite(a).all() and np.isfinite(d).all()):
-            request = Gather('payload', ndarray.zeros((self.payload_words(),)), self.size,
-                             *self._reply())
-            yield void(request)
+            yield void(self.gather(ndarray.zeros((self.payload_words(),))))
             return void_sum(self.shape)
         # 3. the gradient is D^T A
         if self.check:
@@ -152,13 +150,8 @@ class OuterCodec(GatherCodec):
         u, v = self.factors(a, d)
         state.last['rows'] = a.shape[0]
         # 5. the servers add U^T V
-        total = yield Gather('payload', self.encode_factors(u, v), self.size, *self._reply())
+        total = yield self.gather(self.encode_factors(u, v))
         return total.reshape(self.shape)
-
-    def _reply(self):
-        if self.compressed_reply:
-            return self.reply_request(), self.payload_words()
-        return None, 0
 
     def describe(self):
         if self.method == 'dad':
