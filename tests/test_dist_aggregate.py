@@ -230,27 +230,38 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
 
 
 @pytest.mark.parametrize('aggregation, workers, servers', [
-    ('server', 2, 2), ('server', 4, 1), ('homomorphic', 2, 1)])
+    ('server', 2, 2), ('server', 4, 1), ('homomorphic', 2, 1), ('topk', 2, 2)])
 def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, workers,
                                                servers):
-    """Hylo with ``momentum`` (DGC's correction of the conv top-k, codecs/momentum.py) in
-    a real job: every worker's conv sum equals the NumPy spec's (kvx_ref/momentum.py,
-    every worker's velocity and residual), step after step; homomorphic mode with
-    agreement 'round' (the agreed filters are the top-k of the summed scores)."""
-    from kvx_ref.momentum import momentum_topk_step
-    params = dict(PARAMS, momentum=0.9, chunk_size=1 << 20, aggregation=aggregation)
-    if aggregation == 'homomorphic':
-        params['agreement'] = 'round'
-    launch(tmp_path, job_env, workers, servers, [JOB, '--kvstore', 'dist_sync_hylo',
+    """``momentum`` (DGC's correction, codecs/momentum.py) in a real job: every worker's
+    sum equals the NumPy spec's (kvx_ref/momentum.py, every worker's velocity and
+    residual), step after step: Hylo's conv top-k in both modes (homomorphic with
+    agreement 'round': the agreed filters are the top-k of the summed scores), and
+    dist_sync_topk's element top-k."""
+    from kvx_ref.momentum import momentum_element_topk_step, momentum_topk_step
+    kvstore, key = ('dist_sync_topk', 'fc') if aggregation == 'topk' else \
+        ('dist_sync_hylo', 'conv')
+    if aggregation == 'topk':
+        params = {'size_threshold': 100, 'ratio': 0.03, 'momentum': 0.9}
+        k = TopK(**params).codec_for(job.SHAPES[key], np.float32).k
+    else:
+        params = dict(PARAMS, momentum=0.9, chunk_size=1 << 20, aggregation=aggregation)
+        if aggregation == 'homomorphic':
+            params['agreement'] = 'round'
+        k = Hylo(**params).conv_k(job.SHAPES[key])
+    launch(tmp_path, job_env, workers, servers, [JOB, '--kvstore', kvstore,
                                                  '--params', json.dumps(params),
                                                  '--steps', str(STEPS), '--out', str(tmp_path)])
     runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
-    k = Hylo(**params).conv_k(job.SHAPES['conv'])
     residuals, velocities, delivered = [None] * workers, [None] * workers, None
     for step in range(STEPS):
-        outs = [run['out/conv/%d' % step] for run in runs]
-        grads = worker_gradients(workers, step, 'conv')
-        if aggregation == 'server':
+        outs = [run['out/%s/%d' % (key, step)] for run in runs]
+        grads = worker_gradients(workers, step, key)
+        if aggregation == 'topk':
+            want, delivered, residuals, velocities = momentum_element_topk_step(
+                [g.reshape(-1) for g in grads], residuals, velocities, delivered, k, 0.9)
+            want = want.reshape(grads[0].shape)
+        elif aggregation == 'server':
             want, delivered, residuals, velocities = momentum_topk_step(
                 grads, residuals, velocities, delivered, k, 0.9)
         else:

@@ -7,7 +7,8 @@ import pytest
 import mxnet as mx
 
 from kvx_ref.momentum import momentum_topk_step
-from kvstore_ext.codecs import FilterTopKCodec, MomentumAdditiveTopKCodec, MomentumTopKCodec
+from kvstore_ext.codecs import (FilterTopKCodec, MomentumAdditiveTopKCodec,
+                                MomentumElementTopKCodec, MomentumTopKCodec)
 
 SHAPE = (16, 8, 3, 3)
 PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9}
@@ -158,11 +159,42 @@ def test_scripts_pass_the_optimizers_momentum():
         == {'aggregation': 'homomorphic', 'momentum': 0.9}
     bad = {'conv_rate_min': 0.5, 'conv_rate_max': 0.1}     # refused later, with its reason
     assert with_optimizer_momentum('dist_sync_hylo', bad, sgd) == bad
-    assert with_optimizer_momentum('dist_sync_topk', {}, sgd) == {}
+    assert with_optimizer_momentum('dist_sync_topk', {}, sgd) == {'momentum': 0.9}
+    assert with_optimizer_momentum('dist_sync_thc', {}, sgd) == {}
     assert with_optimizer_momentum('dist_sync_dad', {}, sgd) == {'fallback.momentum': 0.9}
-    assert with_optimizer_momentum('dist_sync_dad', {'fallback': 'topk'}, sgd) == \
-        {'fallback': 'topk'}
+    assert with_optimizer_momentum('dist_sync_dad', {'fallback': 'thc'}, sgd) == \
+        {'fallback': 'thc'}
     nag = types.SimpleNamespace(optimizer='nag', momentum=0.9)
     assert with_optimizer_momentum('dist_sync_hylo', {}, nag) == {}
     still = types.SimpleNamespace(optimizer='sgd', momentum=0.0)
     assert with_optimizer_momentum('dist_sync_hylo', {}, still) == {}
+
+
+@pytest.mark.parametrize('chunk_size', [1 << 20, 1024])
+def test_element_topk_steps_match_the_reference(chunk_size):
+    """dist_sync_topk with momentum: each chunk's steps as the spec's."""
+    from kvx_ref.momentum import momentum_element_topk_step
+    kv = mx.kv.create('dist_sync_topk')
+    kv.set_gradient_compression({'size_threshold': 100, 'ratio': 0.05, 'momentum': 0.9,
+                                 'chunk_size': chunk_size})
+    shape = (48, 40)
+    chunks = None
+    for step in range(5):
+        g = grad(step, shape)
+        out = mx.nd.array(g)
+        kv.pushpull('fc', out)
+        state = kv._keys['fc']
+        if chunks is None:      # [first element, codec, residual, velocity, S_prev]
+            chunks = [[c.start * c.codec.chunk_layout()[1], c.codec, None, None, None]
+                      for c in state.chunks]
+        want = np.zeros(g.size, np.float32)
+        flat = g.reshape(-1)
+        for part in chunks:
+            start, codec, residual, velocity, delivered = part
+            piece = flat[start:start + codec.size]
+            got, part[4], (part[2],), (part[3],) = momentum_element_topk_step(
+                [piece], [residual], [velocity], delivered, codec.k, 0.9)
+            want[start:start + codec.size] = got
+        np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-6, atol=1e-7)
+    assert all(isinstance(c.codec, MomentumElementTopKCodec) for c in state.chunks)
+    assert len(state.chunks) == (2 if chunk_size == 1024 else 1)

@@ -1,4 +1,4 @@
-"""Hylo's conv top-k with DGC's momentum correction and factor masking (Lin et al.,
+"""Top-k codecs with DGC's momentum correction and factor masking (Lin et al.,
 "Deep Gradient Compression", ICLR 2018), for an SGD optimizer with momentum ``m`` that
 runs unchanged on the workers (python/kvx_ref/momentum.py is the spec).
 
@@ -15,21 +15,24 @@ goes through the optimizer's momentum; a changing learning rate leaves an error 
 ``m (lr_t - lr_(t-1)) S_prev``, which decays by m a step.
 
 State: ``velocity`` (this worker's own: a void step keeps it) and ``delivered`` (the
-previous S, the same on every worker), both checkpointed. Both aggregation modes:
-``MomentumTopKCodec`` (server-decoded, each worker's own filters) and
-``MomentumAdditiveTopKCodec`` (homomorphic, the agreed filters).
+previous S, the same on every worker), both checkpointed. Hylo's conv top-k in both
+aggregation modes: ``MomentumTopKCodec`` (server-decoded, each worker's own filters)
+and ``MomentumAdditiveTopKCodec`` (homomorphic, the agreed filters); and
+``MomentumElementTopKCodec``, the element top-k of ``dist_sync_topk``.
 """
 import numpy as np
 
 from .additive import AdditiveTopKCodec
+from .element_topk import ElementTopKCodec
 from .topk import FilterTopKCodec
-from ..wire import HEADER_WORDS
+from ..wire import HEADER_WORDS, element_topk_index_words
 
 
 class MomentumCorrection:
     """The correction around a top-k codec's step (a mixin before the codec class):
     subclasses define ``corrected_round`` (a generator: the codec's rounds on the
-    velocity, returning (the summed result, the indices of the filters sent))."""
+    velocity, returning (the summed result, the indices of the ``chunk_layout`` rows
+    sent: filters, or elements))."""
 
     local_state = ('velocity',)
 
@@ -47,11 +50,13 @@ class MomentumCorrection:
         velocity = grad.copy() if velocity is None else velocity * self.momentum + grad
         # a NaN/Inf raises in the encoder, before the residual or the velocity changes
         total, sent = yield from self.corrected_round(velocity, state, num_workers, rank)
-        if self.masking:
-            filters = self.shape[0]
-            unsent = 1 - ndarray.one_hot(sent, filters).sum(0)
-            velocity = ndarray.broadcast_mul(velocity.reshape((filters, -1)),
-                                             unsent.reshape((filters, 1))).reshape(self.shape)
+        if self.masking and sent.size:
+            # rows of chunk_layout: filters, or single elements (element top-k)
+            rows = self.chunk_layout()[0]
+            hit = ndarray.scatter_nd(ndarray.ones((sent.size,), dtype=np.float32),
+                                     sent.reshape((1, -1)), shape=(rows,))
+            velocity = ndarray.broadcast_mul(velocity.reshape((rows, -1)),
+                                             (1 - hit).reshape((rows, 1))).reshape(self.shape)
         state['velocity'] = velocity
         total = total.reshape(self.shape)
         previous = state.get('delivered')
@@ -105,3 +110,27 @@ class MomentumAdditiveTopKCodec(MomentumCorrection, AdditiveTopKCodec):
             from mxnet import ndarray
             return total, ndarray.zeros((0,), dtype=np.float32)
         return total, self.settle(agreed, num_workers)
+
+
+class MomentumElementTopKCodec(MomentumCorrection, ElementTopKCodec):
+    """Element top-k (``dist_sync_topk``), DGC's own setting: each worker sends the k
+    elements of its velocity + residual with the largest magnitudes."""
+
+    def __init__(self, shape, ratio, momentum=0.9, masking=True):
+        super().__init__(shape, ratio)
+        self._check_momentum(momentum, masking)
+
+    def chunk(self, start, stop):
+        part = ElementTopKCodec.chunk(self, start, stop)
+        return type(self)(part.shape, part.ratio, self.momentum, self.masking)
+
+    def corrected_round(self, velocity, state, num_workers, rank):
+        from mxnet import ndarray
+        payload = self.encode(velocity, state.residual)
+        total = yield self.gather(payload)
+        width = element_topk_index_words(self.size) + 1
+        entries = payload[HEADER_WORDS:].reshape((self.k, width))
+        sent = ndarray.cast(entries[:, 0], 'int64')
+        if width == 3:                # index = low word + high word * 2**24
+            sent = sent + ndarray.cast(entries[:, 1], 'int64') * (1 << 24)
+        return total, sent

@@ -17,11 +17,16 @@ Per tensor, after the worker has summed its devices:
    keep ``acc``.
 6. **Aggregation** (server-decode mode): the servers decode every worker's payload
    (C++, ``decode_slots``) and sum; workers pull float32.
+7. **Momentum correction** (``momentum``, default 0: off): DGC's (Lin et al. 2018), as
+   for Hylo's conv layers (codecs/momentum.py): the worker accumulates its velocity,
+   sends the top elements of velocity + residual, zeroes the velocity where it sent,
+   and the step returns ``S - m S_prev`` for the unchanged SGD optimizer. The scripts
+   pass their SGD ``--momentum``.
 """
 import numpy as np
 
 from .base import Scheme
-from ..codecs import ElementTopKCodec
+from ..codecs import ElementTopKCodec, MomentumElementTopKCodec
 from ..params import Param
 
 
@@ -32,10 +37,15 @@ class TopK(Scheme):
                                 low=0),
         'ratio': Param('float', 0.01, 'fraction of elements sent per tensor (k = '
                        'ceil(ratio * n))', low=0, low_open=True, high=1),
+        'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
+                          'correction (0: off)', low=0, high=0.999),
     }
 
     def codec_for(self, shape, dtype, step=0):
         size = int(np.prod(shape)) if len(shape) else 1
         if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
             return self.uncompressed(shape, dtype)
+        if self.params['momentum'] > 0:
+            return MomentumElementTopKCodec(shape, self.params['ratio'],
+                                            self.params['momentum'])
         return ElementTopKCodec(shape, self.params['ratio'])
