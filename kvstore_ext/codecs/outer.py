@@ -6,7 +6,8 @@ One step of one chunk (rows ``[start, start + rows)`` of the out x in weight):
 1. wait for the weight's gradient (the capture ran before it was ready) and take the
    layer's captured rows ``A`` (k x in), ``D`` (k x out) (kvstore_ext/dad.py): the
    chunk at row 0 takes them, the layer's other chunks reuse them;
-2. NaN/Inf in the gradient, A or D: a void round (rounds.void), every worker's sum is
+2. NaN/Inf in the gradient, A or D: NonFiniteGradientError, so the store voids the step
+   (store._void_step, rounds.void), every worker's sum is
    NaN and the step is skipped, as for every scheme (no state is at stake);
 3. ``check``: the gradient must be ``D^T A``: compared along a fixed +-1 probe vector
    (``g r`` against ``D^T (A r)``, one pass over the gradient); a mismatch (rows of a
@@ -27,8 +28,8 @@ import numpy as np
 
 from .base import GatherCodec, check_encoded
 from .. import lowrank
+from ..errors import NonFiniteGradientError
 from ..ops import op
-from ..rounds import void, void_sum
 from ..wire import OUTER, outer_payload_words
 
 METHODS = ('dad', 'oneway', 'rankdad')
@@ -128,7 +129,6 @@ class OuterCodec(GatherCodec):
                 % (self.layer, a.shape[0], int(bad.sum()), self.rows))
 
     def step(self, grad, state, num_workers, rank):
-        from mxnet import ndarray
         # 1. the rows of this step
         grad.wait_to_read()
         self.layer.wait()
@@ -138,11 +138,11 @@ class OuterCodec(GatherCodec):
             d = np.zeros((0, self.rows), np.float32)
         else:
             a, d = taken[0], taken[1][:, self.start:self.start + self.rows]
-        # 2. NaN/Inf: a void round
+        # 2. NaN/Inf: the store makes the step void (store._void_step), as for every codec
         finite = int(op('kvx_finite_check')(grad.reshape((-1,))).asscalar()) == 0
         if not (finite and np.isfinite(a).all() and np.isfinite(d).all()):
-            yield void(self.gather(ndarray.zeros((self.payload_words(),))))
-            return void_sum(self.shape)
+            raise NonFiniteGradientError('dAD layer %r: the gradient or the captured rows '
+                                         'hold NaN or Inf' % (self.layer,))
         # 3. the gradient is D^T A
         if self.check:
             self.check_gradient(grad, a, d)

@@ -124,9 +124,9 @@ class Hylo(Scheme):
 
     def conv_k(self, shape, step=None):
         """Filters sent of a conv tensor of ``shape``; during the conv warm-up (``step``
-        below ``conv_warmup_steps``) the rate is ``target ** (1 - step / N)`` with N the
-        warm-up steps measured from the end of ``warmup_steps``: 1 at its start, the
-        target at its end (DGC's exponential sparsity warm-up)."""
+        below ``conv_warmup_steps``) the rate is ``target ** (done / N)``, ``done`` the
+        steps since the end of ``warmup_steps``: 1 at its start, the target at its end
+        (DGC's exponential sparsity warm-up)."""
         filters = shape[0]
         rate = self.conv_rate(int(np.prod(shape)))
         n = self.params['conv_warmup_steps']
