@@ -9,7 +9,7 @@
 //   kvx_acc_abs_sum(grad, residual)                    -> sum |grad + residual| f32[1]
 //   kvx_topk_gather(grad, residual*, indices f32[k])   -> values f32[k*F], status
 //   kvx_topk_scatter(values, indices; shape)           -> out f32[shape], status
-//   kvx_ternary_encode(grad, residual*; scale=1, threshold=0, mean_value=0)
+//   kvx_ternary_encode(grad, residual*; scale=1, threshold=0, value_rule=0)
 //                                                      -> payload f32[8+ceil(n/15)], status
 //   kvx_ternary_encode_sum(grad, residual*; threshold, num_workers, value=0)
 //                                                      -> words f32[ceil(n/D)], status
@@ -242,12 +242,15 @@ struct TopkScatter : OpSpec {
 // ---- ternary --------------------------------------------------------------------------
 
 struct TernaryParams {
-  double scale = 1.0, threshold = 0.0, mean_value = 0.0;
+  double scale = 1.0, threshold = 0.0;
+  int64_t value_rule = kvx::kValueThreshold;  // kvx::TernaryValueRule
   bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"scale", "threshold", "mean_value"}, error) &&
+    return check_keys(attrs, {"scale", "threshold", "value_rule"}, error) &&
            get_real(attrs, "scale", 0.0, false, false, 1.0, &scale, error) &&
            get_real(attrs, "threshold", 0.0, false, false, 0.0, &threshold, error) &&
-           get_real(attrs, "mean_value", 0.0, false, false, 0.0, &mean_value, error);
+           (!has(attrs, "value_rule") ||
+            get_int(attrs, "value_rule", kvx::kValueThreshold, kvx::kValueRound, &value_rule,
+                    error));
   }
 };
 
@@ -261,7 +264,8 @@ struct TernaryEncode : Encoder {
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
     set_status(out[1], kvx::ternary_encode(f32(in[0]), f32(in[1]), in[0].size(), p.scale,
-                                           p.threshold, f32(out[0]), p.mean_value != 0.0));
+                                           p.threshold, f32(out[0]),
+                                           static_cast<int>(p.value_rule)));
   }
 };
 

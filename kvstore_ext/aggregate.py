@@ -81,11 +81,11 @@ def _topk_reply(total, residual, k, filter_size, _):
     return payload
 
 
-def _ternary_reply(total, residual, scale, threshold, mean_value):
+def _ternary_reply(total, residual, scale, threshold, value_rule):
     from .codecs.base import check_encoded
     payload, status = op('kvx_ternary_encode')(total, residual, scale=scale,
                                                threshold=threshold,
-                                               mean_value=int(mean_value))
+                                               value_rule=int(value_rule))
     check_encoded(status, 'aggregate')
     return payload
 

@@ -298,25 +298,43 @@ def test_ternary_encode_decode(ops, shape, kind, scale, threshold):
 @pytest.mark.parametrize('shape', TERNARY_SHAPES)
 @pytest.mark.parametrize('kind', KINDS)
 @pytest.mark.parametrize('scale,threshold', [(2.0, 0.0), (1.0, 0.3)])
-def test_ternary_encode_mean_value(ops, shape, kind, scale, threshold):
-    """mean_value: codes as before, the header's value (and the residual) is the mean
-    |acc| of the selected values; the plain decoder reads it."""
+@pytest.mark.parametrize('value', ['mean', 'round'])
+def test_ternary_encode_value_rule(ops, shape, kind, scale, threshold, value):
+    """value_rule: codes as with v = t, the header's value (and the residual) is the mean
+    |acc| of the selected values ('mean') or 2t ('round'); the plain decoder reads it."""
     grad, residual = grad_residual(shape, kind, 32)
     res_nd = nd(residual)
+    rule = ref.TERNARY_VALUES.index(value)
     payload, status = ops.kvx_ternary_encode(nd(grad), res_nd, scale=scale, threshold=threshold,
-                                             mean_value=1)
+                                             value_rule=rule)
     assert status_of(status) == 0
     got = payload.asnumpy()
     plain, _ = ops.kvx_ternary_encode(nd(grad), nd(residual), scale=scale, threshold=threshold)
     t = float(plain.asnumpy()[5])
     assert same_bits(got[8:], plain.asnumpy()[8:])          # the same codes
-    want, want_res, want_status = ref.ternary_encode(grad, residual, scale, t, mean_value=True)
+    if value == 'round':
+        assert got[5] == np.float32(2 * t)
+    want, want_res, want_status = ref.ternary_encode(grad, residual, scale, t, value=value)
     assert want_status == 0
     assert same_bits(got, want)
     assert same_bits(res_nd.asnumpy(), want_res)
     out, status = ops.kvx_ternary_decode(payload, shape=shape)
     want_out, _ = ref.ternary_decode(want, grad.size)
     assert status_of(status) == 0 and same_bits(out.asnumpy().reshape(-1), want_out)
+
+
+def test_ternary_encode_value_rule_checked(ops):
+    """An unknown rule is refused at the op; 2t beyond float32 is NONFINITE for an
+    adaptive t (residual untouched)."""
+    grad, residual = grad_residual((100,), 'randn', 34)
+    with pytest.raises(mx.base.MXNetError, match='value_rule'):
+        ops.kvx_ternary_encode(nd(grad), nd(residual), scale=2.0, value_rule=3)
+    big = np.full(100, 3e38, f32)
+    res_nd = nd(np.zeros(100, f32))
+    _, status = ops.kvx_ternary_encode(nd(big), res_nd, scale=1.0, value_rule=2)
+    _, _, want_status = ref.ternary_encode(big, np.zeros(100, f32), 1.0, value='round')
+    assert status_of(status) == want_status == wire.NONFINITE
+    assert not res_nd.asnumpy().any()
 
 
 def test_ternary_encode_sum_value(ops):

@@ -1,6 +1,7 @@
 """Real ps-lite jobs (scheduler, servers, workers on loopback): what every worker pulls
 equals the NumPy reference's 'decode each worker's payload, sum', over several rounds,
-residuals included, in both aggregation modes, for 2 and 4 workers and 1 and 2 servers.
+residuals included, in both aggregation modes, for 2 and 4 workers (Hylo's server mode
+also 8) and 1 and 2 servers.
 """
 import json
 import os
@@ -68,7 +69,7 @@ def encode(codec, grad, residual, scale=None):
     if isinstance(codec, ElementTopKCodec):
         return ref.element_topk_encode(grad, residual, codec.k)
     return ref.ternary_encode(grad, residual, codec.scale if scale is None else scale,
-                              codec.threshold, mean_value=codec.value == 'mean')
+                              codec.threshold, value=codec.value)
 
 
 def decode(codec, payload):
@@ -114,7 +115,7 @@ def reference_chunk(codec, grads, residuals, agreed, carried, workers):
     np.testing.assert_allclose(agreed, expected, rtol=1e-4)
     if isinstance(codec, AdditiveTernaryCodec):
         t = np.float32(codec.scale * float(agreed[0]) / (workers * codec.size))
-        v = t
+        v = np.float32(2) * t if codec.value == 'round' else t     # Hylo's default
         if codec.agreement_words == 3 and agreed[2] > 0:
             v = max(np.float32(agreed[1] / agreed[2]), t)
         words = np.zeros(codec.sum_words(workers), np.float32)
@@ -150,6 +151,10 @@ MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
                                                       agreement='previous')),
          'homomorphic-round': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
                                                             agreement='round')),
+         # the FC rule before session 7 (codes worth the mean |acc| of the selected)
+         'server-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, fc_value='mean')),
+         'homomorphic-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
+                                                           fc_value='mean')),
          # float32 through MXNet's own pushpull, chunk by chunk on views of the arrays
          'none': ('dist_sync_none', NoCompression, {'chunk_size': 1024}),
          # codecs change at steps 2 and 4 (aggregate_job.replanning_scheme)
@@ -168,6 +173,7 @@ STEPS_OF = {'replan': 6}
     (mode, w, s) for mode in ('server', 'server-compressed', 'homomorphic')
     for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
 ] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1), ('none', 2, 2),
+       ('server-mean', 2, 2), ('homomorphic-mean', 4, 1), ('server', 8, 2),
        ('replan', 2, 2), ('replan', 4, 1), ('adacomp', 2, 2), ('adacomp', 4, 1),
        ('topk', 2, 2), ('topk', 4, 1)])
 def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):

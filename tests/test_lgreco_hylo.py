@@ -101,8 +101,8 @@ def test_candidates_and_defaults():
     # rate 0.6 on 8 filters: ceil(2.4, 3.6, 4.8, 7.2, 9.6), capped at all 8
     assert LGreCoHylo(conv_rate=0.6).candidates((8, 200, 3, 3)) == [3, 4, 5, 8]
     scheme = LGreCoHylo(**PARAMS)
-    assert scheme.layer_default((90, 100), f32) == 2.0
-    assert scheme.candidates((90, 100)) == [1.0, 1.5, 2.0, 3.0, 4.0]
+    assert scheme.layer_default((90, 100), f32) == 3.0             # Hylo's fc_scale
+    assert scheme.candidates((90, 100)) == [1.5, 2.25, 3.0, 4.5, 6.0]
     assert LGreCoHylo(fc_scale=1.0).candidates((90, 100)) == [0.5, 0.75, 1.0, 1.5, 2.0]
     assert scheme.layer_default((40,), f32) is None                 # below the threshold
     assert LGreCoHylo(knobs='conv').layer_default((512, 3136), f32) is None
@@ -143,10 +143,12 @@ def test_errors_and_sizes_match_the_reference(aggregation):
                     words += (payload.size if aggregation == 'server'    # + agreement
                               else c.codec.k * c.codec.filter_size + c.codec.shape[0])
                 else:
+                    # Hylo's FC default: codes worth 2t ('round'); homomorphic
+                    # agreement: one word (sum|acc|)
                     payload, residual, status = ref.ternary_encode(part, zeros, value,
-                                                                   mean_value=True)
+                                                                   value='round')
                     words += (payload.size if aggregation == 'server'
-                              else ref.sum_words(part.size, 1) + 3)
+                              else ref.sum_words(part.size, 1) + 1)
                 assert status == ref.OK
                 lost += float((residual.astype(np.float64) ** 2).sum())
             np.testing.assert_allclose(error, math.sqrt(lost), rtol=1e-5)

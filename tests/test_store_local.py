@@ -167,17 +167,21 @@ def test_conv_filter_selection_matches_reference(shape):
     assert np.array_equal(kv._keys['conv'].residual.asnumpy(), residual)
 
 
-def test_fc_ternary_matches_reference():
+@pytest.mark.parametrize('fc_value', [None, 'mean', 't'])
+def test_fc_ternary_matches_reference(fc_value):
+    """Codes where |acc| >= t, each worth 2t (fc_value 'round', the default), the mean
+    |acc| of the selected values, or t."""
     shape = (64, 33)
-    kv = hylo(size_threshold=1, fc_scale=1.5)
+    params = dict(size_threshold=1, fc_scale=1.5)
+    if fc_value:
+        params['fc_value'] = fc_value
+    kv = hylo(**params)
     steps = [[rand(shape, 100 + 10 * s + d) for d in range(2)] for s in range(6)]
     outs = run_steps(kv, 'fc', steps)
     residual = np.zeros(shape, np.float32)
     for grads, out in zip(steps, outs):
-        # fc_value 'mean' (the default): codes where |acc| >= t, each worth the mean
-        # |acc| of the selected values
         payload, residual, _ = ref.ternary_encode(grads[0] + grads[1], residual, 1.5,
-                                                  mean_value=True)
+                                                  value=fc_value or 'round')
         np.testing.assert_allclose(out.reshape(-1), ref.ternary_decode(payload, out.size)[0],
                                    rtol=1e-6)
     np.testing.assert_allclose(kv._keys['fc'].residual.asnumpy(), residual, rtol=1e-5,
@@ -446,10 +450,11 @@ def test_compressed_pull_in_one_process(shape):
             reply, server_res, _ = ref.topk_encode(total.reshape(shape), server_res, 6)
             expect, _ = ref.topk_decode(reply, g.size)
         else:
-            payload, worker_res, _ = ref.ternary_encode(g, worker_res, 2.0, mean_value=True)
+            # Hylo's FC defaults: t = 3 mean|acc|, codes worth 2t
+            payload, worker_res, _ = ref.ternary_encode(g, worker_res, 3.0, value='round')
             total, _ = ref.ternary_decode(payload, g.size)
-            reply, server_res, _ = ref.ternary_encode(total.reshape(shape), server_res, 2.0,
-                                                      mean_value=True)
+            reply, server_res, _ = ref.ternary_encode(total.reshape(shape), server_res, 3.0,
+                                                      value='round')
             expect, _ = ref.ternary_decode(reply, g.size)
         assert np.array_equal(out.asnumpy().reshape(-1), expect)
     # (one worker's payload re-encodes exactly: the server's residual matters with

@@ -165,10 +165,11 @@ float acc_mean_above(const float* grad, const float* residual, int64_t n, float 
 }
 
 int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
-                   double threshold, float* payload, bool mean_value) {
+                   double threshold, float* payload, int value_rule) {
   if (n < 0) return kBadParam;
   const int64_t body = ceil_div(n, kTernaryDigits);
-  if (!std::isfinite(scale) || scale < 0.0 || !threshold_valid(threshold)) {
+  if (!std::isfinite(scale) || scale < 0.0 || !threshold_valid(threshold) ||
+      value_rule < kValueThreshold || value_rule > kValueRound) {
     zero(payload, kHeaderWords + body);
     return kBadParam;
   }
@@ -195,9 +196,14 @@ int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
       return kNonFinite;
     }
   }
-  // the value a code stands for: t, or (mean_value) the least-squares value of the
-  // selected set, mean |acc| over |acc| >= t; decoders read it from the header
-  const float v = (mean_value && t > 0.0f) ? acc_mean_above(grad, residual, n, t) : t;
+  // the value a code stands for (see value_rule in the header); decoders read it
+  float v = t;
+  if (value_rule == kValueMean && t > 0.0f) v = acc_mean_above(grad, residual, n, t);
+  if (value_rule == kValueRound) v = 2.0f * t;
+  if (!std::isfinite(v)) {  // 2t beyond float32's range
+    zero(payload, kHeaderWords + body);
+    return threshold > 0.0 ? kBadParam : kNonFinite;
+  }
   write_header(payload, kCodecTernary, n, v, static_cast<float>(kTernaryBase), body);
   ternary_pack<kTernaryDigits>(grad, residual, n, t, v, static_cast<int32_t>(kTernaryBase),
                                payload + kHeaderWords);

@@ -498,6 +498,21 @@ void test_ternary_hand() {
   CHECK_EQ(kvx::ternary_decode(payload.data(), payload.size(), 6, out.data()), kvx::kOk);
   CHECK(same_bits(out, Floats({0.5f, -0.5f, 0.0f, 0.5f, -0.5f, 0.0f})));
 
+  // value_rule kValueRound: the same codes, each worth 2t = 1; the residual of a sent
+  // value stays within +-t; an unknown rule is a bad parameter, residual untouched.
+  Floats res_round(6, 0.0f);
+  CHECK_EQ(kvx::ternary_encode(grad.data(), res_round.data(), 6, 1.0, 0.5, payload.data(),
+                               kvx::kValueRound),
+           kvx::kOk);
+  const Floats expected_round = {kvx::kMagic, kvx::kCodecTernary, kvx::kVersion, 6, 0, 1.0f, 3,
+                                 1, 308};
+  CHECK(same_bits(payload, expected_round));
+  CHECK(same_bits(res_round, Floats({-0.5f, 0.5f, 0.2f, 0.0f, 0.0f, 0.0f})));
+  Floats res_bad(6, 0.0f);
+  CHECK_EQ(kvx::ternary_encode(grad.data(), res_bad.data(), 6, 1.0, 0.5, payload.data(), 3),
+           kvx::kBadParam);
+  CHECK(all_zero(res_bad));
+
   // Adaptive: t = scale * mean|acc| = 2 * (3.2 / 6), rounded to float32.
   Floats res2(6, 0.0f);
   CHECK_EQ(kvx::ternary_encode(grad.data(), res2.data(), 6, 2.0, 0.0, payload.data()), kvx::kOk);

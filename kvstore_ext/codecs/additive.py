@@ -9,7 +9,8 @@ worker's ``acc`` summed over workers (agreed.py):
   have chosen alone. With ``value='mean'`` (Hylo's default) a code stands for the mean
   |acc| of the selected values rather than t: each worker also contributes the sum and
   the count of its |acc| at or above its own threshold, and all use
-  ``v = max(sum / count, t)``. Codes + 1 are packed as base-(2n+1) digits in float32 words, D
+  ``v = max(sum / count, t)``; with ``value='round'`` a code stands for 2t (no more
+  words). Codes + 1 are packed as base-(2n+1) digits in float32 words, D
   digits a word with (2n+1)**D <= 2**24, so the server's float32 sum (in any order) is
   exactly the packing of the summed codes + n. Not float64: MXNet's dist server sums
   float64 pushes in float32 (measured), which would round words above 2**24.
@@ -23,6 +24,7 @@ import numpy as np
 
 from .agreed import AgreedCodec
 from .base import check_decoded, check_encoded
+from .ternary import VALUE_RULES, VALUE_TEXT
 from ..ops import op, shape_attr
 from ..wire import ternary_sum_words
 
@@ -32,8 +34,8 @@ class AdditiveTernaryCodec(AgreedCodec):
 
     def __init__(self, shape, scale=1.0, threshold=0.0, agreement='previous', value='t'):
         super().__init__(shape, agreement)
-        if value not in ('t', 'mean'):
-            raise ValueError("value must be 't' or 'mean', got %r" % (value,))
+        if value not in VALUE_RULES:
+            raise ValueError('value must be one of %s, got %r' % (VALUE_RULES, value))
         self.scale, self.threshold, self.value = float(scale), float(threshold), value
         # words: [sum|acc|], and for value 'mean' [.., sum of |acc| >= t_w, their count]
         self.agreement_words = 0 if self.threshold > 0 else (3 if value == 'mean' else 1)
@@ -54,18 +56,25 @@ class AdditiveTernaryCodec(AgreedCodec):
 
     def settle(self, agreed, num_workers):
         """(t, v), float32 values identical on every worker: t fixed or from the agreed
-        total; v = t, or for value 'mean' the agreed mean of the selected magnitudes."""
+        total; v = t, 2t for value 'round', or for value 'mean' the agreed mean of the
+        selected magnitudes."""
         if self.threshold > 0:
             t = float(np.float32(self.threshold))
-            return t, t
+            return t, self.round_value(t)
         stats = agreed.asnumpy().astype(np.float64)
         t = float(np.float32(self.scale * stats[0] / (num_workers * self.size)))
         # not finite: a worker sent NaN/Inf; t = 0 lets our encoder report ours, if any
         t = t if math.isfinite(t) else 0.0
         if self.agreement_words == 1 or stats[2] <= 0:
-            return t, t
+            return t, self.round_value(t)
         v = float(np.float32(stats[1] / stats[2]))
         return t, (max(v, t) if math.isfinite(v) else t)
+
+    def round_value(self, t):
+        """v for a rule other than 'mean': 2t ('round') or t; t also when 2t overflows
+        float32 (encoder and decoder use the same v either way)."""
+        v = float(np.float32(2 * t)) if self.value == 'round' else t
+        return v if math.isfinite(v) else t
 
     def encode_sum(self, grad, residual, num_workers, settled):
         t, v = settled
@@ -83,7 +92,7 @@ class AdditiveTernaryCodec(AgreedCodec):
         return out
 
     def describe(self):
-        value = ', value mean|acc| of the sent' if self.value == 'mean' else ''
+        value = VALUE_TEXT[self.value]
         if self.threshold > 0:
             return 'ternary (additive), t = %g%s' % (self.threshold, value)
         return 'ternary (additive), t agreed (%s)%s' % (self.agreement, value)

@@ -20,10 +20,19 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    overall magnitude each step, ``t = fc_scale * mean|acc|`` (``fc_threshold > 0``
    fixes it instead); each value becomes 0 or +-v (2 bits of information, packed as
    base-3 digits) where |acc| >= t, and the error stays in the residual. The value v
-   (``fc_value='mean'``, the default) is the mean |acc| of the selected values, the
-   least-squares value of the selected set (the header carries it, so decoders do not
-   change); ``fc_value='t'`` sends v = t, which drains large accumulated values only t
-   a step: the residual grew to ~5x the gradient and an MLP lost 7 points.
+   (``fc_value``):
+
+   * ``'round'`` (the default, with ``fc_scale`` 3): v = 2t, so that a code is acc
+     rounded to the nearest multiple of 2t, clipped to +-1, and a sent value's residual
+     stays within +-t;
+   * ``'mean'``: the mean |acc| of the selected values, the least-squares value of the
+     set (the default until session 7, with ``fc_scale`` 2): it leaves the tail of the
+     largest values in the residual, and an MLP trained 48 steps by 8 workers lost 3.7
+     points to ``dist_sync`` (with 'round': 0.2; docs/RESULTS.md section 7);
+   * ``'t'``: v = t, MXNet's 2-bit rule, which drains a large accumulated value only t
+     a step: the residual grew to ~5x the gradient and an MLP lost 7 points.
+
+   The header carries v, so decoders do not depend on the rule.
 4. **Aggregation** (``aggregation='server'``, the paper's design): the parameter
    server decodes every worker's payload to float32 and sums; workers pull float32,
    or, with ``pull='compressed'``, the sum re-encoded by the same codec at the server,
@@ -73,7 +82,7 @@ class Hylo(Scheme):
                                low=0, low_open=True, high=1),
         'conv_rate_max': Param('float', 0.3, 'conv rate of a layer at the size threshold',
                                low=0, low_open=True, high=1),
-        'fc_scale': Param('float', 2.0, 'FC threshold t = fc_scale * mean|acc|',
+        'fc_scale': Param('float', 3.0, 'FC threshold t = fc_scale * mean|acc|',
                           low=0, low_open=True),
         'fc_threshold': Param('float', 0.0, 'fixed FC threshold if > 0 (else adaptive)',
                               low=0),
@@ -85,10 +94,12 @@ class Hylo(Scheme):
                       "re-encode the sum with the same codec and a residual of their "
                       "own; homomorphic pulls are always compressed)",
                       choices=('float32', 'compressed')),
-        'fc_value': Param('str', 'mean', "FC value a nonzero code stands for: 'mean' "
+        'fc_value': Param('str', 'round', "FC value a nonzero code stands for: 'mean' "
                           "(mean |acc| of the selected values, the least-squares value of "
-                          "the set) or 't' (the threshold, MXNet's 2-bit rule)",
-                          choices=('t', 'mean')),
+                          "the set), 'round' (2t: acc rounded to the nearest multiple of "
+                          "2t, so a sent value's residual stays within +-t) or 't' (the "
+                          "threshold, MXNet's 2-bit rule)",
+                          choices=('t', 'mean', 'round')),
         'warmup_steps': Param('int', 0, 'the first this many steps of every compressed '
                               'tensor go float32 (dense warm-up)', low=0),
         'conv_warmup_steps': Param('int', 0, 'DGC-style conv sparsity warm-up: over the '

@@ -14,9 +14,10 @@ the codec cuts the tensor; exact formulas, tested against the NumPy reference):
   ``ceil(rate * O)`` filters, capped at all ``O``. ``error`` = the norm of the filters
   the top ``k`` by L2 norm leave out: ``sqrt(sum of the O - k smallest filter norms^2)``.
 * **FC** (``TernaryCodec``, homomorphic ``AdditiveTernaryCodec``): the value is
-  ``fc_scale``. Candidates: ``fc_scale`` times the same factors ({1, 1.5, 2, 3, 4}
-  around 2). ``t = scale * mean|S|``; the selected set is ``|S| >= t``; its code stands
-  for ``v`` = the mean |S| of the set (``fc_value='mean'``) or t; ``error`` =
+  ``fc_scale``. Candidates: ``fc_scale`` times the same factors ({1.5, 2.25, 3, 4.5,
+  6} around 3). ``t = scale * mean|S|``; the selected set is ``|S| >= t``; its code
+  stands for ``v`` = 2t (``fc_value='round'``), the mean |S| of the set (``'mean'``) or t;
+  ``error`` =
   ``sqrt(sum over the set of (|S| - v)^2 + sum over the rest of S^2)``. With a fixed
   ``fc_threshold`` the scale does nothing and the FC layers are not chosen for.
 * ``size`` = the words a step pushes (``Codec.wire_words``, summed over chunks and
@@ -72,16 +73,16 @@ def conv_errors(rows, chunkings):
     return np.sqrt(np.maximum(squared, 0.0))
 
 
-def ternary_error(values, scale, mean_value):
+def ternary_error(values, scale, value):
     """Frobenius norm of what the ternary rule loses on ``values`` (float64, flat):
-    t = scale * mean|values|; |values| >= t sent as +-v (v the mean |value| of the set,
-    or t); the rest lost whole."""
+    t = scale * mean|values|; |values| >= t sent as +-v (v by the ``fc_value`` rule
+    ``value``: the mean |value| of the set, 2t, or t); the rest lost whole."""
     mag = np.abs(values)
     t = scale * mag.mean() if mag.size else 0.0
     if not t > 0:
         return math.sqrt(float((mag ** 2).sum()))
     sent = mag[mag >= t]
-    v = sent.mean() if (mean_value and sent.size) else t
+    v = {'mean': sent.mean() if sent.size else t, 'round': 2 * t}.get(value, t)
     return math.sqrt(float(((sent - v) ** 2).sum() + (mag[mag < t] ** 2).sum()))
 
 
@@ -134,8 +135,8 @@ class LGreCoHylo(LayerwiseChoice, Hylo):
             errors = conv_errors(summed.reshape((shape[0], -1)), [c for _, c, _ in options])
         else:
             flat = summed.reshape(-1)
-            mean_value = self.params['fc_value'] == 'mean'
-            errors = [math.sqrt(sum(ternary_error(flat[c.start:c.stop], value, mean_value)
+            rule = self.params['fc_value']
+            errors = [math.sqrt(sum(ternary_error(flat[c.start:c.stop], value, rule)
                                     ** 2 for c in chunks))
                       for value, chunks, _ in options]
         return [(value, e, size) for (value, _, size), e in zip(options, errors)]

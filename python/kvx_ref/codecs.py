@@ -186,12 +186,32 @@ def mean_above(acc, t):
     return f32(np.cumsum(sel)[-1] / sel.size)
 
 
-def ternary_encode(grad, residual, scale, threshold=0.0, mean_value=False):
-    """Each value becomes 0, +t or -t; t = ``threshold`` if > 0, else adaptive.
+TERNARY_VALUES = ('t', 'mean', 'round')     # value_rule 0, 1, 2 of kvx_ternary_encode
 
-    Payload: header (a = t, b = 3), then codes + 1 as base-3 digits, 15 per float32.
-    An adaptive t that overflows float32 (scale * mean|acc| > FLT_MAX) is NONFINITE.
+
+def ternary_value(acc, t, value):
+    """What a nonzero code stands for: t (``'t'``, MXNet's rule), the mean |acc| of the
+    selected values (``'mean'``), or 2t (``'round'``: the code is acc rounded to the
+    nearest multiple of 2t, clipped to +-1, so a sent value's residual stays in [-t, t]).
     """
+    if value == 'mean' and t > 0:
+        return mean_above(acc, t)
+    if value == 'round':
+        with np.errstate(over='ignore'):
+            return f32(2) * f32(t)
+    return f32(t)
+
+
+def ternary_encode(grad, residual, scale, threshold=0.0, value='t'):
+    """Each value becomes 0, +v or -v where |acc| >= t; t = ``threshold`` if > 0, else
+    adaptive; v by ``value`` (ternary_value).
+
+    Payload: header (a = v, b = 3), then codes + 1 as base-3 digits, 15 per float32.
+    An adaptive t that overflows float32 (scale * mean|acc| > FLT_MAX) is NONFINITE, as
+    is a v = 2t that does; with a fixed t that is BAD_PARAM.
+    """
+    if value not in TERNARY_VALUES:
+        raise ValueError('value must be one of %s' % (TERNARY_VALUES,))
     if not (np.isfinite(scale) and scale >= 0 and _finite_f32(threshold) and threshold >= 0):
         raise ValueError('scale and threshold must be finite and >= 0 (threshold in float32)')
     acc = _acc(grad, residual)
@@ -201,7 +221,11 @@ def ternary_encode(grad, residual, scale, threshold=0.0, mean_value=False):
     if not np.isfinite(t):
         return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
     codes = ternary_codes(acc, t)
-    v = mean_above(acc, t) if (mean_value and t > 0) else t
+    v = ternary_value(acc, t, value)
+    if not np.isfinite(v):
+        if threshold > 0:
+            raise ValueError('2 * threshold overflows float32')
+        return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
     body = pack_digits(codes + 1, TERNARY_BASE, f32)
     payload = np.concatenate([make_header(wire.TERNARY, acc.size, v, TERNARY_BASE, body.size),
                               body])
