@@ -67,14 +67,14 @@ def main(argv=None):
     words = wire.ternary_payload_words(n)
     encode = op('kvx_ternary_encode')
     decode_slots = op('kvx_decode_slots')
-    payload, _ = encode(flat, residual, scale=3.0, threshold=0.0, value_rule=2)
+    payload, _ = encode(flat, residual, scale=2.0, threshold=0.0, value_rule=2)
     slots = payload.reshape((1, words))
 
     def run_copy():
         grad.copyto(out)
 
     def run_encode():
-        encode(flat, residual, scale=3.0, threshold=0.0, value_rule=2)
+        encode(flat, residual, scale=2.0, threshold=0.0, value_rule=2)
 
     def run_decode():
         decode_slots(slots, size=n)

@@ -57,7 +57,7 @@ def own_error(codec, part):
     x = part.reshape(-1)
     t = codec.scale * np.abs(x).mean()
     mask = np.abs(x) >= t
-    v = np.abs(x[mask]).mean() if (codec.value == 'mean' and mask.any()) else t
+    v = {'mean': np.abs(x[mask]).mean() if mask.any() else t, 'round': 2 * t}.get(codec.value, t)
     return float(np.linalg.norm(x - np.sign(x) * v * mask))
 
 
@@ -101,8 +101,8 @@ def test_candidates_and_defaults():
     # rate 0.6 on 8 filters: ceil(2.4, 3.6, 4.8, 7.2, 9.6), capped at all 8
     assert LGreCoHylo(conv_rate=0.6).candidates((8, 200, 3, 3)) == [3, 4, 5, 8]
     scheme = LGreCoHylo(**PARAMS)
-    assert scheme.layer_default((90, 100), f32) == 3.0             # Hylo's fc_scale
-    assert scheme.candidates((90, 100)) == [1.5, 2.25, 3.0, 4.5, 6.0]
+    assert scheme.layer_default((90, 100), f32) == 2.0             # Hylo's fc_scale
+    assert scheme.candidates((90, 100)) == [1.0, 1.5, 2.0, 3.0, 4.0]
     assert LGreCoHylo(fc_scale=1.0).candidates((90, 100)) == [0.5, 0.75, 1.0, 1.5, 2.0]
     assert scheme.layer_default((40,), f32) is None                 # below the threshold
     assert LGreCoHylo(knobs='conv').layer_default((512, 3136), f32) is None

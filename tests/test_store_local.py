@@ -450,10 +450,10 @@ def test_compressed_pull_in_one_process(shape):
             reply, server_res, _ = ref.topk_encode(total.reshape(shape), server_res, 6)
             expect, _ = ref.topk_decode(reply, g.size)
         else:
-            # Hylo's FC defaults: t = 3 mean|acc|, codes worth 2t
-            payload, worker_res, _ = ref.ternary_encode(g, worker_res, 3.0, value='round')
+            # Hylo's FC defaults: t = 2 mean|acc|, codes worth 2t
+            payload, worker_res, _ = ref.ternary_encode(g, worker_res, 2.0, value='round')
             total, _ = ref.ternary_decode(payload, g.size)
-            reply, server_res, _ = ref.ternary_encode(total.reshape(shape), server_res, 3.0,
+            reply, server_res, _ = ref.ternary_encode(total.reshape(shape), server_res, 2.0,
                                                       value='round')
             expect, _ = ref.ternary_decode(reply, g.size)
         assert np.array_equal(out.asnumpy().reshape(-1), expect)

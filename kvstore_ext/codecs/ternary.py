@@ -7,7 +7,7 @@ the quantisation error stays in the residual. v (``value``) is
 * ``'round'``: 2t, so that a code is acc rounded to the nearest multiple of 2t (clipped
   to +-1): the residual of a sent value stays within +-t instead of keeping the tail of
   the large ones (docs/RESULTS.md section 7: 'mean' lost 3-4 points of an MLP trained
-  48 steps by 8 workers, 'round' with t = 3 mean|acc| did not).
+  48 steps by 8 workers, 'round' did not).
 
 The header carries v, so decoders do not depend on the choice. Codes travel as base-3
 digits, 15 per float32 word."""

@@ -22,13 +22,12 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    base-3 digits) where |acc| >= t, and the error stays in the residual. The value v
    (``fc_value``):
 
-   * ``'round'`` (the default, with ``fc_scale`` 3): v = 2t, so that a code is acc
-     rounded to the nearest multiple of 2t, clipped to +-1, and a sent value's residual
-     stays within +-t;
+   * ``'round'`` (the default): v = 2t, so that a code is acc rounded to the nearest
+     multiple of 2t, clipped to +-1, and a sent value's residual stays within +-t;
    * ``'mean'``: the mean |acc| of the selected values, the least-squares value of the
-     set (the default until session 7, with ``fc_scale`` 2): it leaves the tail of the
-     largest values in the residual, and an MLP trained 48 steps by 8 workers lost 3.7
-     points to ``dist_sync`` (with 'round': 0.2; docs/RESULTS.md section 7);
+     set (the default until session 7): it leaves the tail of the largest values in the
+     residual, and an MLP trained 48 steps by 8 workers lost 3.7 points to ``dist_sync``
+     ('round' did not; docs/RESULTS.md section 7);
    * ``'t'``: v = t, MXNet's 2-bit rule, which drains a large accumulated value only t
      a step: the residual grew to ~5x the gradient and an MLP lost 7 points.
 
@@ -82,7 +81,7 @@ class Hylo(Scheme):
                                low=0, low_open=True, high=1),
         'conv_rate_max': Param('float', 0.3, 'conv rate of a layer at the size threshold',
                                low=0, low_open=True, high=1),
-        'fc_scale': Param('float', 3.0, 'FC threshold t = fc_scale * mean|acc|',
+        'fc_scale': Param('float', 2.0, 'FC threshold t = fc_scale * mean|acc|',
                           low=0, low_open=True),
         'fc_threshold': Param('float', 0.0, 'fixed FC threshold if > 0 (else adaptive)',
                               low=0),

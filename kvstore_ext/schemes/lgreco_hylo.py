@@ -14,8 +14,8 @@ the codec cuts the tensor; exact formulas, tested against the NumPy reference):
   ``ceil(rate * O)`` filters, capped at all ``O``. ``error`` = the norm of the filters
   the top ``k`` by L2 norm leave out: ``sqrt(sum of the O - k smallest filter norms^2)``.
 * **FC** (``TernaryCodec``, homomorphic ``AdditiveTernaryCodec``): the value is
-  ``fc_scale``. Candidates: ``fc_scale`` times the same factors ({1.5, 2.25, 3, 4.5,
-  6} around 3). ``t = scale * mean|S|``; the selected set is ``|S| >= t``; its code
+  ``fc_scale``. Candidates: ``fc_scale`` times the same factors ({1, 1.5, 2, 3, 4}
+  around 2). ``t = scale * mean|S|``; the selected set is ``|S| >= t``; its code
   stands for ``v`` = 2t (``fc_value='round'``), the mean |S| of the set (``'mean'``) or t;
   ``error`` =
   ``sqrt(sum over the set of (|S| - v)^2 + sum over the rest of S^2)``. With a fixed
