@@ -56,7 +56,9 @@ def main(argv=None):
     import numpy as np
     import kvstore_ext  # noqa: F401  (registers dist_sync_hylo)
     from kvstore_ext import wire
+    from kvstore_ext.codecs.ternary import VALUE_RULES
     from kvstore_ext.ops import op
+    from kvstore_ext.schemes import Hylo
 
     n = args.rows * args.cols
     rng = np.random.default_rng(0)
@@ -67,14 +69,18 @@ def main(argv=None):
     words = wire.ternary_payload_words(n)
     encode = op('kvx_ternary_encode')
     decode_slots = op('kvx_decode_slots')
-    payload, _ = encode(flat, residual, scale=2.0, threshold=0.0, value_rule=2)
+    # Hylo's FC defaults
+    fc = {name: Hylo.PARAMS[name].default for name in ('fc_scale', 'fc_value')}
+    rule = dict(scale=fc['fc_scale'], threshold=0.0,
+                value_rule=VALUE_RULES.index(fc['fc_value']))
+    payload, _ = encode(flat, residual, **rule)
     slots = payload.reshape((1, words))
 
     def run_copy():
         grad.copyto(out)
 
     def run_encode():
-        encode(flat, residual, scale=2.0, threshold=0.0, value_rule=2)
+        encode(flat, residual, **rule)
 
     def run_decode():
         decode_slots(slots, size=n)

@@ -6,11 +6,11 @@ worker's ``acc`` summed over workers (agreed.py):
 
 * FC (ternary): each worker contributes ``sum|acc|``; all then use
   ``t = scale * total / (num_workers * n)``, the mean of the thresholds each would
-  have chosen alone. With ``value='mean'`` (Hylo's default) a code stands for the mean
+  have chosen alone. With ``value='mean'`` a code stands for the mean
   |acc| of the selected values rather than t: each worker also contributes the sum and
   the count of its |acc| at or above its own threshold, and all use
-  ``v = max(sum / count, t)``; with ``value='round'`` a code stands for 2t (no more
-  words). Codes + 1 are packed as base-(2n+1) digits in float32 words, D
+  ``v = max(sum / count, t)``; with ``value='round'`` (Hylo's default) a code stands
+  for 2t (no more words). Codes + 1 are packed as base-(2n+1) digits in float32 words, D
   digits a word with (2n+1)**D <= 2**24, so the server's float32 sum (in any order) is
   exactly the packing of the summed codes + n. Not float64: MXNet's dist server sums
   float64 pushes in float32 (measured), which would round words above 2**24.
@@ -60,19 +60,20 @@ class AdditiveTernaryCodec(AgreedCodec):
         selected magnitudes."""
         if self.threshold > 0:
             t = float(np.float32(self.threshold))
-            return t, self.round_value(t)
+            return t, self.value_of(t)
         stats = agreed.asnumpy().astype(np.float64)
         t = float(np.float32(self.scale * stats[0] / (num_workers * self.size)))
         # not finite: a worker sent NaN/Inf; t = 0 lets our encoder report ours, if any
         t = t if math.isfinite(t) else 0.0
         if self.agreement_words == 1 or stats[2] <= 0:
-            return t, self.round_value(t)
+            return t, self.value_of(t)
         v = float(np.float32(stats[1] / stats[2]))
         return t, (max(v, t) if math.isfinite(v) else t)
 
-    def round_value(self, t):
-        """v for a rule other than 'mean': 2t ('round') or t; t also when 2t overflows
-        float32 (encoder and decoder use the same v either way)."""
+    def value_of(self, t):
+        """v from t alone (rules 'round' and 't', and 'mean' with nothing selected): 2t
+        for 'round', else t; t also when 2t overflows float32 (encoder and decoder use
+        the same v either way)."""
         v = float(np.float32(2 * t)) if self.value == 'round' else t
         return v if math.isfinite(v) else t
 

@@ -82,7 +82,11 @@ def ternary_error(values, scale, value):
     if not t > 0:
         return math.sqrt(float((mag ** 2).sum()))
     sent = mag[mag >= t]
-    v = {'mean': sent.mean() if sent.size else t, 'round': 2 * t}.get(value, t)
+    v = t
+    if value == 'mean' and sent.size:
+        v = sent.mean()
+    elif value == 'round':
+        v = 2 * t
     return math.sqrt(float(((sent - v) ** 2).sum() + (mag[mag < t] ** 2).sum()))
 
 
