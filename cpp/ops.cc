@@ -33,7 +33,9 @@
 //                                  (d = padded size, D codes a word: cpp/codecs/thc.h)
 //   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
 //
-// `*` marks an input updated in place (setMutateInputs).  O = shape[0] of the tensor,
+// `*` marks an input updated in place (setMutateInputs).  An encoder whose payload has a
+// header (fp32, topk, ternary, adacomp, element_topk, outer) returns a void payload on
+// failure: first word NaN, the rest zero (op_util.h, set_encoded).  O = shape[0] of the tensor,
 // F = size / O.  Status values are those of cpp/wire.h, as float32.  Inputs of any rank
 // are read as flat arrays.  Decoders never fail on a malformed payload: they return zeros
 // and a non-zero status, so that a server cannot be brought down by what it receives.
@@ -71,7 +73,7 @@ struct Fp32Encode : OpSpec {
            flat_shape(name, kvx::fp32_payload_words(product(in[0])), &(*out)[0]);
   }
   static void forward(const Params&, Tensors& in, Tensors& out) {
-    set_status(out[1], kvx::fp32_encode(f32(in[0]), in[0].size(), f32(out[0])));
+    set_encoded(out[0], out[1], kvx::fp32_encode(f32(in[0]), in[0].size(), f32(out[0])));
   }
 };
 
@@ -119,8 +121,9 @@ struct TopkEncode : Encoder {
   static void forward(const Params& p, Tensors& in, Tensors& out) {
     int64_t filters, filter_size;
     filters_of(in[0].shape, &filters, &filter_size);
-    set_status(out[1], kvx::topk_encode(f32(in[0]), f32(in[1]), filters, filter_size, p.k,
-                                        f32(out[0])));
+    const int code = kvx::topk_encode(f32(in[0]), f32(in[1]), filters, filter_size, p.k,
+                                      f32(out[0]));
+    set_encoded(out[0], out[1], code);
   }
 };
 
@@ -263,9 +266,10 @@ struct TernaryEncode : Encoder {
            flat_shape(name, kvx::ternary_payload_words(product(in[0])), &(*out)[0]);
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
-    set_status(out[1], kvx::ternary_encode(f32(in[0]), f32(in[1]), in[0].size(), p.scale,
-                                           p.threshold, f32(out[0]),
-                                           static_cast<int>(p.value_rule)));
+    const int code = kvx::ternary_encode(f32(in[0]), f32(in[1]), in[0].size(), p.scale,
+                                         p.threshold, f32(out[0]),
+                                         static_cast<int>(p.value_rule));
+    set_encoded(out[0], out[1], code);
   }
 };
 
@@ -358,8 +362,9 @@ struct AdacompEncode : Encoder {
                       &(*out)[0]);
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
-    set_status(out[1], kvx::adacomp_encode(f32(in[0]), f32(in[1]), in[0].size(), p.bin,
-                                           p.capacity, f32(out[0])));
+    const int code = kvx::adacomp_encode(f32(in[0]), f32(in[1]), in[0].size(), p.bin,
+                                         p.capacity, f32(out[0]));
+    set_encoded(out[0], out[1], code);
   }
 };
 
@@ -375,8 +380,9 @@ struct ElementTopkEncode : Encoder {
                       &(*out)[0]);
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
-    set_status(out[1], kvx::element_topk_encode(f32(in[0]), f32(in[1]), in[0].size(), p.k,
-                                                f32(out[0])));
+    const int code = kvx::element_topk_encode(f32(in[0]), f32(in[1]), in[0].size(), p.k,
+                                              f32(out[0]));
+    set_encoded(out[0], out[1], code);
   }
 };
 
@@ -413,8 +419,9 @@ struct OuterEncode : OpSpec {
                       &(*out)[0]);
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
-    set_status(out[1], kvx::outer_encode(f32(in[0]), f32(in[1]), in[0].shape[0], p.capacity,
-                                         in[0].shape[1], in[1].shape[1], f32(out[0])));
+    const int code = kvx::outer_encode(f32(in[0]), f32(in[1]), in[0].shape[0], p.capacity,
+                                       in[0].shape[1], in[1].shape[1], f32(out[0]));
+    set_encoded(out[0], out[1], code);
   }
 };
 

@@ -361,7 +361,8 @@ def test_adaptive_threshold_overflow(ops, case):
     want, want_res, want_status = ref.ternary_encode(grad, residual, scale)
     assert status_of(status) == want_status == wire.NONFINITE
     assert same_bits(res_nd.asnumpy(), residual) and same_bits(want_res, residual)
-    assert not payload.asnumpy().any() and not want.any()
+    words = payload.asnumpy()    # void (set_encoded); the reference zeroes the payload
+    assert np.isnan(words[0]) and not words[1:].any() and not want.any()
     # Just inside the range: ok, t = 3e38.
     payload, status = ops.kvx_ternary_encode(nd(np.full(40, 3e38, f32)), nd(np.zeros(40, f32)))
     assert status_of(status) == 0 and payload.asnumpy()[5] == f32(3e38)
@@ -538,6 +539,7 @@ ENCODERS = {
                                                                 num_workers=3),
     'gather': lambda ops, g, r: ops.kvx_topk_gather(g, r, nd(np.array([1, 4], f32))),
 }
+HEADER_ENCODERS = {'fp32', 'topk', 'ternary_adaptive', 'ternary_fixed'}
 REF_ENCODERS = {
     'fp32': lambda g, r: ref.fp32_encode(g)[1],
     'topk': lambda g, r: ref.topk_encode(g, r, 2)[2],
@@ -562,7 +564,26 @@ def test_nonfinite(ops, codec, bad):
     payload, status = ENCODERS[codec](ops, nd(grad), res_nd)
     assert status_of(status) == REF_ENCODERS[codec](grad, residual) == wire.NONFINITE
     assert same_bits(res_nd.asnumpy(), residual)
-    assert not payload.asnumpy().any()
+    words = payload.asnumpy()
+    if codec in HEADER_ENCODERS:    # void: the servers' decode_slots read it as VOID
+        assert np.isnan(words[0]) and not words[1:].any()
+    else:
+        assert not words.any()
+
+
+def test_void_payload_voids_the_sum(ops):
+    """What a worker pushes before it reads its encoder's status (store.py, deferred
+    checks): the void payload of a non-finite gradient makes decode_slots report VOID
+    for its slot and the sum NaN, whatever the other slots hold."""
+    grad, residual = grad_residual((6, 5), 'randn', 51)
+    good, _ = ops.kvx_ternary_encode(nd(grad), nd(residual), scale=1.0)
+    grad[2, 2] = np.nan
+    void, status = ops.kvx_ternary_encode(nd(grad), nd(residual), scale=1.0)
+    assert status_of(status) == wire.NONFINITE
+    slots = mx.nd.stack(good, void)
+    total, statuses = ops.kvx_decode_slots(slots, size=30)
+    assert list(statuses.asnumpy()) == [wire.OK, wire.VOID]
+    assert np.isnan(total.asnumpy()).all()
 
 
 # ---- malformed payloads: zeros, acc untouched, the reference's status ------------------
