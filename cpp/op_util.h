@@ -116,6 +116,7 @@ MXReturnValue fail(const char* op, const std::string& message);
 
 struct OpSpec {
   static constexpr bool updates_second = false;
+  static constexpr bool sparse_input = false;  // inputs may be row_sparse (kvx_rows_dense)
   using Params = NoParams;
 };
 
@@ -164,10 +165,16 @@ struct Op {
     indices->push_back(1);
     return MX_SUCCESS;
   }
+  // Inputs keep their storage (the op reads row_sparse itself); outputs are dense.
+  static MXReturnValue storage(const Attrs&, std::vector<int>*, std::vector<int>* out) {
+    for (int& t : *out) t = mxnet::ext::kDefaultStorage;
+    return MX_SUCCESS;
+  }
   static mxnet::ext::CustomOp& define() {
     auto& op = mxnet::ext::Registry<mxnet::ext::CustomOp>::get()->add(S::name);
     op.setParseAttrs(parse).setInferType(type).setInferShape(shape).setForward(forward, "cpu");
     if (S::updates_second) op.setMutateInputs(mutate_second);
+    if (S::sparse_input) op.setInferSType(storage);
     return op;
   }
 };

@@ -32,6 +32,7 @@
 //                                                      -> values f32[size], status
 //                                  (d = padded size, D codes a word: cpp/codecs/thc.h)
 //   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
+//   kvx_rows_dense(rows f32[R, C] (row_sparse or dense); size) -> out f32[size]
 //
 // `*` marks an input updated in place (setMutateInputs).  An encoder whose payload has a
 // header (fp32, topk, ternary, adacomp, element_topk, outer) returns a void payload on
@@ -750,6 +751,57 @@ struct DecodeSlots : OpSpec {
   }
 };
 
+// kvx_rows_dense(rows; size): the first `size` values of a (rows x width) array read
+// densely, in row-major order; rows a row_sparse input does not hold read as zeros.
+// What a worker makes of a Gather round's pulled rows (kvstore_ext/transport/ps.py):
+// MXNet's cast_storage zero-fills every row and then copies the ones held (two passes
+// over the key, plus a copy of the slice taken after); this is one copy.
+struct RowsDense : OpSpec {
+  static constexpr const char* name = "kvx_rows_dense";
+  static constexpr const char* inputs[] = {"rows"};
+  static constexpr int outputs = 1;
+  static constexpr bool sparse_input = true;
+  using Params = DecodeSlotsParams;  // size
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    const Shape& rows = in[0];
+    if (rows.size() != 2 || p.size > static_cast<int64_t>(rows[0]) * rows[1]) {
+      MX_ERROR_MSG << name << ": rows must be 2-D with at least size=" << p.size
+                   << " values, got " << shape_string(rows);
+      return false;
+    }
+    (*out)[0] = Shape{static_cast<unsigned int>(p.size)};
+    return true;
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    float* dense = f32(out[0]);
+    const int64_t width = in[0].shape[1];
+    if (in[0].stype != mxnet::ext::kRowSparseStorage) {
+      std::copy(f32(in[0]), f32(in[0]) + p.size, dense);
+      return;
+    }
+    const auto* rows = static_cast<const mxnet::ext::MXSparse*>(in[0].data_ptr);
+    const float* data = static_cast<const float*>(rows->data);
+    // row_sparse rows are sorted and unique; anything else is read row by row over zeros
+    bool sorted = true;
+    for (int64_t i = 1; i < rows->indices_len; ++i)
+      sorted = sorted && rows->indices[i] > rows->indices[i - 1];
+    int64_t next = 0;  // values before it are written
+    if (!sorted) {
+      std::fill_n(dense, p.size, 0.0f);
+      next = p.size;
+    }
+    for (int64_t i = 0; i < rows->indices_len; ++i) {
+      const int64_t begin = rows->indices[i] * width;
+      if (rows->indices[i] < 0 || begin >= p.size) continue;
+      if (begin > next) std::fill_n(dense + next, begin - next, 0.0f);
+      const int64_t count = std::min(width, p.size - begin);
+      std::copy(data + i * width, data + i * width + count, dense + begin);
+      next = std::max(next, begin + count);
+    }
+    if (next < p.size) std::fill_n(dense + next, p.size - next, 0.0f);
+  }
+};
+
 }  // namespace
 
 KVX_REGISTER_OP(FiniteCheck);
@@ -774,6 +826,7 @@ KVX_REGISTER_OP(ThcDequantize);
 KVX_REGISTER_OP(ThcEncode);
 KVX_REGISTER_OP(ThcDecodeSum);
 KVX_REGISTER_OP(DecodeSlots);
+KVX_REGISTER_OP(RowsDense);
 
 // lib_api v11 ships with MXNet 1.7+; MXNet passes its version as 10000*major + 100*minor.
 MXReturnValue initialize(int version) {

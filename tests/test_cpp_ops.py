@@ -586,6 +586,24 @@ def test_void_payload_voids_the_sum(ops):
     assert np.isnan(total.asnumpy()).all()
 
 
+def test_rows_dense(ops):
+    """A Gather round's pulled rows read densely: rows a row_sparse array does not hold
+    are zeros, as MXNet's cast_storage gives them; a dense input is read as it is."""
+    from mxnet.ndarray import sparse
+    values = make((7, 5), 'randn', 52)
+    held = [0, 2, 3, 6]
+    rows = sparse.row_sparse_array((nd(values[held]), mx.nd.array(held, dtype='int64')),
+                                   shape=(7, 5))
+    for size in (1, 5, 10, 17, 33, 35):
+        out = ops.kvx_rows_dense(rows, size=size).asnumpy()
+        want = rows.tostype('default').asnumpy().reshape(-1)[:size]
+        assert same_bits(out, want), size
+    assert same_bits(ops.kvx_rows_dense(nd(values), size=12).asnumpy(),
+                     values.reshape(-1)[:12])
+    assert not ops.kvx_rows_dense(sparse.zeros('row_sparse', (7, 5)), size=20).asnumpy().any()
+    _raises(lambda: ops.kvx_rows_dense(rows, size=36))
+
+
 # ---- malformed payloads: zeros, acc untouched, the reference's status ------------------
 
 def _topk_payload():

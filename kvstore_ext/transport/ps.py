@@ -129,17 +129,16 @@ class _GatherWire:
         return self.result_rows * self.width * 4
 
     def result(self):
-        """The pulled sum as a dense array, by engine ops (``cast_storage``; reading
-        ``pulled.data`` would wait here for this key's round trip, and ``tostype`` is
-        measured 7x slower). A compressed reply is decoded here; its status is checked
+        """The pulled sum as a dense array, by an engine op (``kvx_rows_dense``, one
+        copy of the pulled rows; reading ``pulled.data`` would wait here for this key's
+        round trip, MXNet's ``cast_storage`` zero-fills the key first and costs a copy
+        of the slice after). A compressed reply is decoded here; its status is checked
         at the next push, so that no key waits for its round trip before the next is
         pushed (a malformed reply decodes to zeros and raises one step later)."""
-        from mxnet.ndarray import sparse
-        dense = sparse.cast_storage(self.pulled, 'default').reshape((-1,))
         if self.reply is None:
-            return dense[:self.size]
-        reply = dense[:self.result_rows * self.width].reshape((1, -1))
-        total, self.failed = op('kvx_decode_slots')(reply, size=self.size)
+            return op('kvx_rows_dense')(self.pulled, size=self.size)
+        reply = op('kvx_rows_dense')(self.pulled, size=self.result_rows * self.width)
+        total, self.failed = op('kvx_decode_slots')(reply.reshape((1, -1)), size=self.size)
         return total
 
     def _check_last_reply(self):
