@@ -56,14 +56,17 @@ class Sum:
 class Gather:
     """Decode every worker's ``payload`` at the servers and sum: ``size`` floats,
     replied as float32 (``reply`` None) or re-encoded (``reply``: (codec id, n, a, b, c),
-    ``reply_words`` long)."""
+    ``reply_words`` long). ``out``: a float32 array of ``size`` elements the transport
+    writes the result into and returns (the store sets it to its output's part: no
+    copy afterwards), or None."""
 
     kind = 'gather'
-    __slots__ = ('name', 'payload', 'size', 'reply', 'reply_words')
+    __slots__ = ('name', 'payload', 'size', 'reply', 'reply_words', 'out')
 
     def __init__(self, name, payload, size, reply=None, reply_words=0):
         self.name, self.payload, self.size = name, payload, int(size)
         self.reply, self.reply_words = reply, int(reply_words)
+        self.out = None
 
     @property
     def shape(self):

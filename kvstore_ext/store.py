@@ -36,7 +36,7 @@ from mxnet import ndarray
 from mxnet.context import cpu
 
 from . import chunking
-from .codecs.base import deferred_checks
+from .codecs.base import GatherCodec, deferred_checks
 from .errors import NONFINITE, NonFiniteGradientError, status_message
 from .memory import StateMemory
 from .ops import op
@@ -326,13 +326,22 @@ class CompressedKVStore(KVStoreBase):
         sum over workers, written into ``target`` if given, bytes pushed, bytes
         pulled). A non-finite gradient makes the step void (``_void_step``)."""
         traffic = [0, 0]
+        # chunks whose step returns its Gather round's sum as it is: the transport
+        # writes the sum straight into the output's part (no assembling copy)
+        direct = (target is not None and len(state.chunks) > 1
+                  and all(type(c.codec).step is GatherCodec.step for c in state.chunks))
 
         def exchange(requests):
+            if direct:
+                for index, request in requests:
+                    if request.kind == 'gather':
+                        request.out = state.chunks[index].view(target).reshape((-1,))
             results, pushed, pulled = self._transport.exchange(state.key, requests)
             traffic[0] += pushed
             traffic[1] += pulled
             return results
 
+        voided = False
         if state.deferred:
             parts = self._deferred_step(state, grad, step, exchange)
         else:
@@ -343,7 +352,9 @@ class CompressedKVStore(KVStoreBase):
                          for c, cs in zip(state.chunks, state.chunk_states)]
                 parts = drive(steps, exchange)
             except NonFiniteGradientError:
-                parts = self._void_step(state, exchange)
+                parts, voided = self._void_step(state, exchange), True
+        if direct and not voided:
+            return target, traffic[0], traffic[1]
         summed = chunking.assemble(state.chunks, parts, grad.shape, target)
         return summed, traffic[0], traffic[1]
 

@@ -39,6 +39,9 @@ class LocalTransport:
                     (request.size,), dtype=np.float32)
             reply = reencode(total, residual, request.reply)
             total, pulled = decode_sum([reply], (request.size,)), reply.size * 4
+        if request.out is not None:
+            total.copyto(request.out)
+            total = request.out
         return total, request.payload.size * 4, pulled
 
     def save_server_state(self, directory):

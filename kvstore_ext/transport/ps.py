@@ -62,7 +62,7 @@ class _SumWire:
         kv.pull(self.key, out=self.pulled)
         return self.step_bytes
 
-    def result(self):
+    def result(self, request):
         return self.pulled
 
 
@@ -128,17 +128,22 @@ class _GatherWire:
         kv.row_sparse_pull(self.key, out=self.pulled, row_ids=self.result_row_ids)
         return self.result_rows * self.width * 4
 
-    def result(self):
-        """The pulled sum as a dense array, by an engine op (``kvx_rows_dense``, one
+    def result(self, request):
+        """The pulled sum as a dense array (into ``request.out`` if set), by an engine op (``kvx_rows_dense``, one
         copy of the pulled rows; reading ``pulled.data`` would wait here for this key's
         round trip, MXNet's ``cast_storage`` zero-fills the key first and costs a copy
         of the slice after). A compressed reply is decoded here; its status is checked
         at the next push, so that no key waits for its round trip before the next is
         pushed (a malformed reply decodes to zeros and raises one step later)."""
         if self.reply is None:
+            if request.out is not None:
+                return op('kvx_rows_dense')(self.pulled, size=self.size, out=request.out)
             return op('kvx_rows_dense')(self.pulled, size=self.size)
         reply = op('kvx_rows_dense')(self.pulled, size=self.result_rows * self.width)
         total, self.failed = op('kvx_decode_slots')(reply.reshape((1, -1)), size=self.size)
+        if request.out is not None:
+            total.copyto(request.out)
+            return request.out
         return total
 
     def _check_last_reply(self):
@@ -265,7 +270,7 @@ class PSTransport:
                  for chunk, r in requests]
         pushed = sum(w.push(self.kv, r) for w, (_, r) in zip(wires, requests))
         pulled = sum(w.pull(self.kv) for w in wires)
-        return [w.result() for w in wires], pushed, pulled
+        return [w.result(r) for w, (_, r) in zip(wires, requests)], pushed, pulled
 
     def pushpull_plain(self, key, chunks, values, outs):
         """Uncompressed float32: MXNet's own pushpull (it sums devices) of each chunk,
