@@ -239,8 +239,10 @@ class CompressedKVStore(KVStoreBase):
             grad = grad + state.flush.as_in_context(grad.context)
             state.flush = None
         if self._scheme.observes(key, step, self.rank):
-            self._scheme.observe(key, grad + state.residual if state.residual is not None
-                                 else grad.copy(), step)
+            parts = [c.codec.compressed_input(c.view(grad), cs)
+                     for c, cs in zip(state.chunks, state.chunk_states)]
+            self._scheme.observe(key, chunking.assemble(state.chunks, parts, grad.shape),
+                                 step)
         target = outs[0] if outs[0].dtype == np.float32 and outs[0].context == cpu() else None
         summed, pushed, pulled = self._exchange_step(state, grad, step, target)
         self._stats.record(key, state.raw_bytes, pushed, pulled)

@@ -156,6 +156,28 @@ def test_errors_and_sizes_match_the_reference(aggregation):
 
 
 # -- the policy in one process ----------------------------------------------------------
+def test_momentum_correction_is_measured_on_the_velocity():
+    """With DGC's momentum correction the conv codec compresses velocity + residual
+    (u = m u + grad), and that is what the scheme measures, not grad + residual."""
+    kv = mx.kv.create('dist_sync_lgreco_hylo')
+    kv.set_gradient_compression(dict(PARAMS, momentum=0.9))
+    want, plain = 0, 0
+    for step in range(4):
+        grad = gradient('a', step)
+        state = kv._keys.get('a')
+        if step >= 1:       # the window: steps 1-3 before the re-plan at 4
+            velocity = np.concatenate([cs.get('velocity').asnumpy()
+                                       for cs in state.chunk_states])
+            before = residual_before(kv, 'a', SHAPES['a'])
+            want = want + ((f32(0.9) * velocity + grad) + before).astype(np.float64)
+            plain = plain + (grad + before).astype(np.float64)
+        kv.pushpull('a', mx.nd.array(grad))
+    assert len(kv._keys['a'].chunks) == 2
+    got = kv.scheme._sums['a']
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert np.abs(got - plain).max() > 0.1
+
+
 @pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
 def test_policy_picks_the_brute_force_choice(aggregation):
     """Over three re-plans: the knobs are the brute-force optimum of the test's own

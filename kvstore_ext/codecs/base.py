@@ -68,6 +68,11 @@ class Codec:
         float32 words: what the byte model (bench/wire_bytes.py) adds up."""
         raise NotImplementedError
 
+    def compressed_input(self, grad, state):
+        """What this step would compress, as a fresh array, without changing state:
+        what a policy that measures compression errors must see (Scheme.observe)."""
+        return grad + state.residual if state.residual is not None else grad.copy()
+
     # -- identity ---------------------------------------------------------------------
     def same_as(self, other):
         """True if ``other`` encodes exactly as this codec (re-planning keeps it)."""

@@ -46,10 +46,17 @@ class MomentumCorrection:
     def state_shapes(self):
         return dict(super().state_shapes(), velocity=self.shape, delivered=self.shape)
 
+    def _next_velocity(self, grad, state):
+        velocity = state.get('velocity')
+        return grad.copy() if velocity is None else velocity * self.momentum + grad
+
+    def compressed_input(self, grad, state):
+        """The velocity, not the gradient, goes with the residual."""
+        return self._next_velocity(grad, state) + state.residual
+
     def step(self, grad, state, num_workers, rank):
         from mxnet import ndarray
-        velocity = state.get('velocity')
-        velocity = grad.copy() if velocity is None else velocity * self.momentum + grad
+        velocity = self._next_velocity(grad, state)
         # a NaN/Inf raises in the encoder, before the residual or the velocity changes
         total, sent = yield from self.corrected_round(velocity, state, num_workers, rank)
         if self.masking and sent.size:

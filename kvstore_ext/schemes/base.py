@@ -60,9 +60,10 @@ class Scheme:
         return False
 
     def observe(self, key, acc, step):
-        """``acc``: the key's gradient (summed over this worker's devices) plus its
-        residual, before this step encodes it (a fresh float32 array, the scheme's to
-        keep)."""
+        """``acc``: what the key's codec compresses this step, before it encodes it
+        (``Codec.compressed_input``: the gradient summed over this worker's devices
+        plus its residual; with DGC's momentum correction the velocity plus the
+        residual), a fresh float32 array, the scheme's to keep."""
 
     def settle(self, step, rank, share):
         """Called once at every ``step`` where ``replans_at`` holds, on every worker,

@@ -9,7 +9,8 @@ loses differs. ``LayerwiseChoice`` holds the policy, a family the rest. Per
 
 1. **Measure** (rank 0 only). Over the last ``window`` steps before a re-plan, rank 0
    adds up each layer's error-compensated gradient ``acc = grad + residual`` (what the
-   codec compresses; the store hands it over: ``Scheme.observe``) in float64.
+   codec compresses, ``velocity + residual`` with DGC's momentum correction; the store
+   hands it over: ``Scheme.observe``) in float64.
 2. **Options** (the family's ``layer_options``): for every candidate ``c`` of every
    layer, ``error(l, c)`` (Frobenius norm of what the codec with ``c`` would lose on
    that sum, chunk by chunk as the codec cuts the tensor) and ``size(l, c)`` (the
