@@ -215,15 +215,16 @@ class ServerAggregator(Optimizer):
         each, first rows first) into ``out`` (``capacity`` floats) with one C++ op
         (kernels.h: decode_slots, which leaves NaN in ``out`` if a slot is void or
         malformed); returns the per-worker statuses, unread. Engine ops only
-        (``cast_storage``, not ``grad.data``, which copies synchronously), so that the
-        server goes on to the next request while its engine decodes. A worker that
-        pushed rows outside its slot corrupts at most the slots it wrote into; one
+        (``kvx_rows_dense`` reads the slots' rows alone, not ``grad.data``, which copies
+        synchronously, nor ``cast_storage``, which zero-fills the whole key first), so
+        that the server goes on to the next request while its engine decodes. A worker
+        that pushed rows outside its slot corrupts at most the slots it wrote into; one
         that pushed none leaves its slot zero, which decodes as malformed."""
         from mxnet import ndarray
-        from mxnet.ndarray import sparse
         from ..ops import op
-        dense = sparse.cast_storage(grad, 'default')
-        slots = dense[:slot_rows * self.num_workers].reshape((self.num_workers, -1))
+        width = grad.shape[1]
+        slots = op('kvx_rows_dense')(grad, size=slot_rows * self.num_workers * width)
+        slots = slots.reshape((self.num_workers, -1))
         status = ndarray.empty((self.num_workers,), dtype=np.float32)
         op('kvx_decode_slots')(slots, size=capacity, out=[out, status])
         return status
