@@ -574,21 +574,23 @@ def supervise(nodes, timeout, stop, shutdown_grace=SHUTDOWN_GRACE):
     ``shutdown_grace`` seconds, were left to be killed).
     """
     started = time.monotonic()
-    workers = [n for n in nodes if n.spec.role == 'worker']
     workers_done_at = None
     while True:
         if stop.signum is not None:
             say('received %s; stopping all nodes' % signal.Signals(stop.signum).name)
             return 128 + stop.signum
-        for node in nodes:
-            code = node.poll()
+        # one reading of every node a round: a node that fails between two readings
+        # must not make the job look finished before its failure is seen
+        codes = [node.poll() for node in nodes]
+        for node, code in zip(nodes, codes):
             if code:
                 say('%s %s; stopping all nodes' % (node.name, describe_exit(code)))
                 return launcher_exit_code(code)
         now = time.monotonic()
-        if workers_done_at is None and all(n.poll() == 0 for n in workers):
+        if workers_done_at is None and all(code == 0 for node, code in zip(nodes, codes)
+                                           if node.spec.role == 'worker'):
             workers_done_at = now
-        if all(n.poll() is not None for n in nodes):
+        if all(code is not None for code in codes):
             return 0
         if workers_done_at is not None and now - workers_done_at > shutdown_grace:
             left = ', '.join(n.name for n in nodes if n.poll() is None)

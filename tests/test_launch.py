@@ -218,6 +218,25 @@ def test_port_in_environment_is_removed(job_env, transport):
         assert len(set(ports)) == 3 and 'none' not in ports
 
 
+class _Node:
+    """What supervise reads of a node: its name, role and exit codes, one a poll."""
+
+    def __init__(self, name, role, codes):
+        self.name, self.spec, self._codes = name, type('Spec', (), {'role': role}), codes
+
+    def poll(self):
+        return self._codes.pop(0) if len(self._codes) > 1 else self._codes[0]
+
+
+def test_a_failure_between_two_polls_is_not_a_success():
+    """A worker that exits 3 right after the launcher found it running, while every
+    other node has finished: the job failed (a loaded test run once saw exit 0:
+    test_workers_labelled_by_announced_rank)."""
+    nodes = [_Node('worker 0', 'worker', [None, 3]), _Node('worker 1', 'worker', [0]),
+             _Node('server 0', 'server', [0])]
+    assert launch.supervise(nodes, None, launch.StopRequest(), 1.0) == 3
+
+
 ANNOUNCE = os.path.join(SCRIPTS, 'announce_rank.py')
 
 
