@@ -721,7 +721,7 @@ struct ThcDecodeSum : OpSpec {
 
 // ---- server-decode aggregation ----------------------------------------------------------
 
-struct DecodeSlotsParams {
+struct SizeParams {
   int64_t size = 0;
   bool parse(const Attrs& attrs, std::string* error) {
     return check_keys(attrs, {"size"}, error) &&
@@ -733,7 +733,7 @@ struct DecodeSlots : OpSpec {
   static constexpr const char* name = "kvx_decode_slots";
   static constexpr const char* inputs[] = {"slots"};
   static constexpr int outputs = 2;
-  using Params = DecodeSlotsParams;
+  using Params = SizeParams;
   static bool shape(const Params& p, const Shapes& in, Shapes* out) {
     const Shape& slots = in[0];
     if (slots.size() != 2 || slots[0] < 1 || slots[1] < 1) {
@@ -761,7 +761,7 @@ struct RowsDense : OpSpec {
   static constexpr const char* inputs[] = {"rows"};
   static constexpr int outputs = 1;
   static constexpr bool sparse_input = true;
-  using Params = DecodeSlotsParams;  // size
+  using Params = SizeParams;
   static bool shape(const Params& p, const Shapes& in, Shapes* out) {
     const Shape& rows = in[0];
     if (rows.size() != 2 || p.size > static_cast<int64_t>(rows[0]) * rows[1]) {

@@ -329,10 +329,9 @@ class CompressedKVStore(KVStoreBase):
                   and all(type(c.codec).step is GatherCodec.step for c in state.chunks))
 
         def exchange(requests):
-            if direct:
+            if direct:      # GatherCodec.step yields Gather rounds only
                 for index, request in requests:
-                    if request.kind == 'gather':
-                        request.out = state.chunks[index].view(target).reshape((-1,))
+                    request.out = state.chunks[index].view(target).reshape((-1,))
             results, pushed, pulled = self._transport.exchange(state.key, requests)
             traffic[0] += pushed
             traffic[1] += pulled

@@ -129,21 +129,22 @@ class _GatherWire:
         return self.result_rows * self.width * 4
 
     def result(self, request):
-        """The pulled sum as a dense array (into ``request.out`` if set), by an engine op (``kvx_rows_dense``, one
-        copy of the pulled rows; reading ``pulled.data`` would wait here for this key's
-        round trip, MXNet's ``cast_storage`` zero-fills the key first and costs a copy
-        of the slice after). A compressed reply is decoded here; its status is checked
-        at the next push, so that no key waits for its round trip before the next is
-        pushed (a malformed reply decodes to zeros and raises one step later)."""
+        """The pulled sum as a dense array, into ``request.out`` if set, by engine ops
+        (``kvx_rows_dense``, one copy of the pulled rows; reading ``pulled.data`` would
+        wait here for this key's round trip, MXNet's ``cast_storage`` zero-fills the key
+        first and costs a copy of the slice after). A compressed reply is decoded here;
+        its status is checked at the next push, so that no key waits for its round trip
+        before the next is pushed (a malformed reply decodes to zeros and raises one
+        step later)."""
+        from mxnet import ndarray
         if self.reply is None:
-            if request.out is not None:
-                return op('kvx_rows_dense')(self.pulled, size=self.size, out=request.out)
-            return op('kvx_rows_dense')(self.pulled, size=self.size)
+            return op('kvx_rows_dense')(self.pulled, size=self.size, out=request.out)
         reply = op('kvx_rows_dense')(self.pulled, size=self.result_rows * self.width)
-        total, self.failed = op('kvx_decode_slots')(reply.reshape((1, -1)), size=self.size)
-        if request.out is not None:
-            total.copyto(request.out)
-            return request.out
+        total = request.out if request.out is not None else \
+            ndarray.empty((self.size,), dtype=np.float32)
+        self.failed = ndarray.empty((1,), dtype=np.float32)
+        op('kvx_decode_slots')(reply.reshape((1, -1)), size=self.size,
+                               out=[total, self.failed])
         return total
 
     def _check_last_reply(self):
