@@ -116,6 +116,7 @@ MXReturnValue fail(const char* op, const std::string& message);
 struct OpSpec {
   static constexpr bool updates_second = false;
   static constexpr bool sparse_input = false;  // inputs may be row_sparse (kvx_rows_dense)
+  static constexpr bool any_dtype = false;     // inputs of any dtype (kvx_after reads none)
   using Params = NoParams;
 };
 
@@ -137,7 +138,7 @@ struct Op {
     return MX_SUCCESS;
   }
   static MXReturnValue type(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
-    if (!check_dtypes(S::name, *in, S::inputs, kInputs)) return MX_FAIL;
+    if (!S::any_dtype && !check_dtypes(S::name, *in, S::inputs, kInputs)) return MX_FAIL;
     for (int& t : *out) t = mxnet::ext::kFloat32;
     return MX_SUCCESS;
   }
@@ -151,7 +152,8 @@ struct Op {
                                const mxnet::ext::OpResource&) {
     try {
       typename S::Params p;
-      if (!parse_params(attrs, &p) || !forward_dtypes(S::name, *in, kInputs)) return MX_FAIL;
+      if (!parse_params(attrs, &p) || (!S::any_dtype && !forward_dtypes(S::name, *in, kInputs)))
+        return MX_FAIL;
       S::forward(p, *in, *out);
       return MX_SUCCESS;
     } catch (const std::exception& e) {

@@ -33,6 +33,7 @@
 //                                  (d = padded size, D codes a word: cpp/codecs/thc.h)
 //   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
 //   kvx_rows_dense(rows f32[R, C] (row_sparse or dense); size) -> out f32[size]
+//   kvx_after(before, x*)  (any dtypes)                -> f32[1], zero; x is unchanged
 //
 // `*` marks an input updated in place (setMutateInputs).  An encoder whose payload has a
 // header (fp32, topk, ternary, adacomp, element_topk, outer) returns a void payload on
@@ -802,6 +803,25 @@ struct RowsDense : OpSpec {
   }
 };
 
+// kvx_after(before, x*): does nothing, but declares that it writes x after reading
+// `before`, so that MXNet's engine runs whatever reads x next (a push) after whatever
+// writes `before` now (the pull of the key's previous round).  MXNet's dist_sync pushes
+// a CPU array in place; a worker pushing a fresh array every step without reading its
+// results would otherwise send step s+1 before step s's round closed, and the server
+// would merge both into one round (kvstore_ext/transport/ps.py).
+struct After : OpSpec {
+  static constexpr const char* name = "kvx_after";
+  static constexpr const char* inputs[] = {"before", "x"};
+  static constexpr int outputs = 1;
+  static constexpr bool updates_second = true;
+  static constexpr bool any_dtype = true;
+  static bool shape(const Params&, const Shapes&, Shapes* out) {
+    (*out)[0] = Shape{1};
+    return true;
+  }
+  static void forward(const Params&, Tensors&, Tensors& out) { set_status(out[0], kvx::kOk); }
+};
+
 }  // namespace
 
 KVX_REGISTER_OP(FiniteCheck);
@@ -827,6 +847,7 @@ KVX_REGISTER_OP(ThcEncode);
 KVX_REGISTER_OP(ThcDecodeSum);
 KVX_REGISTER_OP(DecodeSlots);
 KVX_REGISTER_OP(RowsDense);
+KVX_REGISTER_OP(After);
 
 // lib_api v11 ships with MXNet 1.7+; MXNet passes its version as 10000*major + 100*minor.
 MXReturnValue initialize(int version) {

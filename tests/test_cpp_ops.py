@@ -604,6 +604,17 @@ def test_rows_dense(ops):
     _raises(lambda: ops.kvx_rows_dense(rows, size=36))
 
 
+def test_after_leaves_its_arrays_as_they_are(ops):
+    """kvx_after only orders (tests/test_dist_no_wait.py shows what for): any dtypes,
+    x's bits unchanged, a zero out."""
+    before = mx.nd.array(make((3, 4), 'randn', 53), dtype='float16')
+    for dtype in ('float32', 'float16', 'int64'):
+        x = mx.nd.array(make((5,), 'randn', 54), dtype=dtype)
+        kept = x.asnumpy().copy()
+        assert ops.kvx_after(before, x).asnumpy().tolist() == [0.0]
+        assert x.asnumpy().tobytes() == kept.tobytes(), dtype
+
+
 # ---- malformed payloads: zeros, acc untouched, the reference's status ------------------
 
 def _topk_payload():

@@ -13,7 +13,10 @@ round first appears and made anew when its kind or shape changes (a re-plan):
   which workers fetch with ``row_sparse_pull``.
 
 ``dist_sync`` makes both exact: a server answers pulls of a key only after the
-round's update, and no worker's next push can merge into a finished round. A stage of
+round's update, and no worker's next push can merge into a finished round. Nor into an
+open one: a worker's push of a key leaves only after its last pull of the key is in
+(MXNet orders them through the pushed array alone; ``_after_last_round`` does it for
+arrays that change from step to step). A stage of
 rounds (one request per chunk of a tensor) is pushed entirely before anything is
 pulled, so the chunks' round trips overlap.
 
@@ -55,6 +58,9 @@ class _SumWire:
         self.step_bytes = size * np.dtype(dtype).itemsize
 
     def push(self, kv, request):
+        # the array is fresh each step (an encoder's output): it must not leave before
+        # the last round's pull is in (``_after_last_round``)
+        _after_last_round([self.pulled], [request.array])
         kv.push(self.key, request.array)
         return self.step_bytes
 
@@ -158,6 +164,24 @@ class _GatherWire:
 _WIRES = {'sum': _SumWire, 'gather': _GatherWire}
 
 
+def _after_last_round(last_outs, values):
+    """Hold back the push of ``values`` until the pull into ``last_outs`` (the key's
+    previous round) is done, unless they are the same arrays.
+
+    MXNet's dist_sync pushes a CPU array in place and orders a key's push after its
+    last pull only through that array: a worker that pushes a new array every step
+    and never reads the results (a loop that does not train on them) would send step
+    s+1 while step s's round is still open, and the server, counting pushes, would
+    close that round with two of its pushes and another worker's pull would return a
+    wrong sum (then a round waits forever). Training pushes the gradient arrays it
+    pulled into, so this costs nothing there; otherwise one no-op engine op an array.
+    (Gather keys are safe: MXNet copies a row_sparse push into a buffer of the key.)"""
+    for value in values:
+        if not any(value is out for out in last_outs):
+            for out in last_outs:
+                op('kvx_after')(out, value)
+
+
 class KeyNumbers:
     """Numbers for new keys, each on the server with the least work so far (floats a
     step moves there; a broadcast key counts 0: it travels once), so that big keys
@@ -216,6 +240,7 @@ class PSTransport:
         self._keys = KeyNumbers(int(os.environ.get('DMLC_NUM_SERVER', '1')))
         self._params = {}
         self._wires = {}      # (key, chunk, round name) -> wire
+        self._plain_outs = {}  # key -> the arrays its last plain pushpull wrote
 
     def new_key(self, work=0):
         """(number, name) of a new key (KeyNumbers.new)."""
@@ -277,6 +302,10 @@ class PSTransport:
         """Uncompressed float32: MXNet's own pushpull (it sums devices) of each chunk,
         on views of the arrays, through the chunk's Sum key."""
         traffic = 0
+        last_outs = self._plain_outs.get(key)
+        if last_outs is not None:
+            _after_last_round(last_outs, values)
+        self._plain_outs[key] = list(outs)
         for index, chunk in enumerate(chunks):
             wire = self._wire(key, index, 'payload', 'sum', chunk.codec.shape)
             self.kv.pushpull(wire.key, [chunk.view(v) for v in values],
