@@ -97,8 +97,9 @@ inline float* f32(MXTensor& t) { return t.data<float>(); }
 inline void set_status(MXTensor& out, int status) { f32(out)[0] = static_cast<float>(status); }
 // The outputs of an encoder whose payload starts with a header: the status, and on any
 // failure a void payload (first word NaN; the kernel zeroed the rest), which the servers'
-// decode_slots read as kVoid: a failed payload pushed by mistake voids the sum on every
-// worker instead of adding zeros to it unnoticed.
+// decode_slots read as kVoid.  So a worker may push a payload before it reads the status
+// (kvstore_ext/store.py, deferred checks): a bad gradient voids the sum on every worker
+// instead of adding zeros to it.
 inline void set_encoded(MXTensor& payload, MXTensor& status, int code) {
   set_status(status, code);
   if (code != 0 && payload.size() > 0)

@@ -77,7 +77,7 @@ def _topk_reply(total, residual, k, filter_size, _):
     payload, status = op('kvx_topk_encode')(total.reshape((-1, int(filter_size))),
                                             residual.reshape((-1, int(filter_size))),
                                             k=int(k))
-    check_encoded(status, 'aggregate')
+    check_encoded(status, 'aggregate', defer=False)
     return payload
 
 
@@ -86,7 +86,7 @@ def _ternary_reply(total, residual, scale, threshold, value_rule):
     payload, status = op('kvx_ternary_encode')(total, residual, scale=scale,
                                                threshold=threshold,
                                                value_rule=int(value_rule))
-    check_encoded(status, 'aggregate')
+    check_encoded(status, 'aggregate', defer=False)
     return payload
 
 
@@ -112,7 +112,7 @@ def _outer_reply(total, residual, rank, rows, iterations):
     payload, status = op('kvx_outer_encode')(ndarray.array(u, dtype=np.float32),
                                              ndarray.array(v, dtype=np.float32),
                                              capacity=int(rank))
-    check_encoded(status, 'aggregate')
+    check_encoded(status, 'aggregate', defer=False)
     return payload
 
 

@@ -14,6 +14,7 @@ STATUS_MESSAGES = {
     8: 'invalid packed word',
     9: "void contribution (the worker's gradient was non-finite)",
 }
+NONFINITE = 1
 VOID = 9
 
 
@@ -22,7 +23,9 @@ class NonFiniteGradientError(FloatingPointError):
     any state. The store catches it and voids the key's step (store.py
     ``_void_step``): every worker's sum is NaN, this worker's residual is unchanged,
     and the caller skips the step as it would with dist_sync. ``pushpull`` does not
-    raise it."""
+    raise it. (A codec with ``deferred_checks`` does not raise it either: its encoder
+    pushes a void payload, with the same outcome, and the store logs it a step later:
+    ``_deferred_step``.)"""
 
 
 class PayloadError(ValueError):

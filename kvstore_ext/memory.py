@@ -59,6 +59,15 @@ class ChunkState:
         residual = self.residual.copy() if self.residual is not None else None
         return ChunkState(residual, arrays, self._prefix, void=True)
 
+    def put_back(self, arrays):
+        """Set the named arrays (None: absent) back to what they were before a step:
+        ``{name: array}`` as ``get`` gave them."""
+        for name, array in arrays.items():
+            if array is None:
+                self._arrays.pop(self._prefix + name, None)
+            else:
+                self._arrays[self._prefix + name] = array
+
     def adopt_shared(self, scratch, local=()):
         """Take the arrays ``scratch`` kept, except the residual and the codec's
         ``local`` state names: what a codec keeps besides them comes from round

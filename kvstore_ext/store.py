@@ -36,8 +36,8 @@ from mxnet import ndarray
 from mxnet.context import cpu
 
 from . import chunking
-from .codecs.base import GatherCodec
-from .errors import NonFiniteGradientError
+from .codecs.base import GatherCodec, deferred_checks
+from .errors import NONFINITE, NonFiniteGradientError, status_message
 from .memory import StateMemory
 from .ops import op
 from .rounds import drive, void
@@ -59,6 +59,8 @@ class _Key:
         self.chunk_states = ()
         self.plain = False
         self.check_whole = None     # when a NaN is looked for before encoding (_plan)
+        self.deferred = False       # encoders' statuses read at the next step (_plan)
+        self.pending = None         # the last deferred step's statuses (_resolve)
         self.flush = None           # a residual a re-plan left over: sent with the next step
         self.stored = None          # what pull returns: init/broadcast value or last push's sum
         self.checked = ((), ())     # the arrays of the last pushpull, already checked
@@ -109,6 +111,7 @@ class CompressedKVStore(KVStoreBase):
         self._memory = StateMemory()
         self._restored = False      # state came from a file: check it when keys are planned
         self._stats = CommStats()
+        self._nan = None            # a 1-element NaN array (_deferred_step)
         self._settled = 0           # the last step at which the scheme settled (settle)
 
     # -- identity -------------------------------------------------------------------
@@ -207,6 +210,8 @@ class CompressedKVStore(KVStoreBase):
     def _round(self, key, values, outs):
         """One round of ``key`` (pushpull's body): returns the key's state."""
         state = self._keys.get(key)
+        if state is not None and state.pending is not None:
+            self._resolve(state)
         if state is None or type(key) is bool or not state.already_checked(values, outs):
             self._check_key(key)
             state = self._declare(key, values[0])
@@ -338,18 +343,78 @@ class CompressedKVStore(KVStoreBase):
             return results
 
         voided = False
-        try:
-            if state.check_whole is not None and (state.check_whole or step == 0):
-                self._check_finite(state.key, grad)
-            steps = [c.codec.step(c.view(grad), cs, self.num_workers, self.rank)
-                     for c, cs in zip(state.chunks, state.chunk_states)]
-            parts = drive(steps, exchange)
-        except NonFiniteGradientError:
-            parts, voided = self._void_step(state, exchange), True
+        if state.deferred:
+            parts = self._deferred_step(state, grad, step, exchange)
+        else:
+            try:
+                if state.check_whole is not None and (state.check_whole or step == 0):
+                    self._check_finite(state.key, grad)
+                steps = [c.codec.step(c.view(grad), cs, self.num_workers, self.rank)
+                         for c, cs in zip(state.chunks, state.chunk_states)]
+                parts = drive(steps, exchange)
+            except NonFiniteGradientError:
+                parts, voided = self._void_step(state, exchange), True
         if direct and not voided:
             return target, traffic[0], traffic[1]
         summed = chunking.assemble(state.chunks, parts, grad.shape, target)
         return summed, traffic[0], traffic[1]
+
+    def _deferred_step(self, state, grad, step, exchange):
+        """The key's step without waiting for its encoders (``Codec.deferred_checks``):
+        waiting for an encoder's status waits for the backward pass to produce the
+        gradient, and kept every later key from being pushed meanwhile (section 10 of
+        docs/RESULTS.md). A bad gradient still voids the step: the encoder keeps the
+        residual and pushes a void payload, so every worker's sum is NaN, and
+        ``_resolve`` reads the statuses at the key's next step (or at a save), logs,
+        and puts back the local state the step replaced (DGC's velocity).
+
+        A tensor of several chunks is void as a whole, as with the synchronous check:
+        if any of its values is non-finite, engine ops set each chunk's first value
+        of ``grad`` to NaN first, so that every chunk's encoder fails."""
+        if len(state.chunks) > 1:
+            bad = op('kvx_finite_check')(grad.reshape((-1,)))
+            if self._nan is None:
+                self._nan = ndarray.full((1,), np.nan, dtype=np.float32)
+            for chunk in state.chunks:
+                first = chunk.view(grad).reshape((-1,))[0:1]
+                first[:] = ndarray.where(bad, self._nan, first)
+        kept = [{name: cs.get(name) for name in chunk.codec.local_state}
+                for chunk, cs in zip(state.chunks, state.chunk_states)]
+        with deferred_checks() as statuses:
+            steps = [c.codec.step(c.view(grad), cs, self.num_workers, self.rank)
+                     for c, cs in zip(state.chunks, state.chunk_states)]
+            parts = drive(steps, exchange)
+        state.pending = (step, statuses, kept)
+        return parts
+
+    def _resolve_pending(self):
+        """``_resolve`` every key with a deferred step (a save needs its state as the
+        step left it)."""
+        for state in self._keys.values():
+            if state.pending is not None:
+                self._resolve(state)
+
+    def _resolve(self, state):
+        """Read the encoders' statuses of the key's last deferred step (long done by
+        now): if its gradient was non-finite, log as ``_void_step`` does and give the
+        chunks back the local state the void step replaced; any other failure is a
+        bug, raised (its payload was void too, so no sum used it)."""
+        step, statuses, kept = state.pending
+        state.pending = None
+        codes = [int(status.asscalar()) for status, _ in statuses]
+        if not any(codes):
+            return
+        for cs, arrays in zip(state.chunk_states, kept):
+            cs.put_back(arrays)
+        failed = [(code, what) for code, (_, what) in zip(codes, statuses)
+                  if code not in (0, NONFINITE)]
+        if failed:
+            raise RuntimeError('key %r: an encoder failed at step %d (%s): %s' % (
+                state.key, step, failed[0][1], status_message(failed[0][0])))
+        log.warning('key %r: non-finite gradient (NaN or Inf) on this worker (rank %d) at '
+                    'step %d: it sent a void contribution, every worker\'s sum of this key '
+                    'was NaN that step; skip the step. The residual is unchanged.',
+                    state.key, self.rank, step)
 
     def _void_step(self, state, exchange):
         """This worker's gradient of the key is non-finite: take part in the key's
@@ -423,6 +488,9 @@ class CompressedKVStore(KVStoreBase):
         if state.residual is not None or codec.state_shapes():
             state.check_whole = (len(state.chunks) > 1
                                  or len(codec.wire_words(self.num_workers)) > 1)
+        # ... unless its encoders' statuses can wait (_deferred_step)
+        state.deferred = (codec.deferred_checks
+                          and len(codec.wire_words(self.num_workers)) == 1)
         state.chunk_states = self._memory.chunk_states(
             state.key, state.chunks, state.residual,
             keep=previous is None or type(previous) is type(codec),
@@ -497,6 +565,7 @@ class CompressedKVStore(KVStoreBase):
         has the servers save their residuals (``pull='compressed'``) in the directory
         ``fname + '.servers'``, on the servers' file system."""
         import json
+        self._resolve_pending()
         arrays = self._memory.state()
         arrays['__meta__'] = ndarray.array(
             np.frombuffer(json.dumps({'type': self.type, 'rank': self.rank,

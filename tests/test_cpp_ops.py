@@ -572,9 +572,9 @@ def test_nonfinite(ops, codec, bad):
 
 
 def test_void_payload_voids_the_sum(ops):
-    """A failed encode returns a void payload (op_util.h, set_encoded): pushed, it makes
-    decode_slots report VOID for its slot and the sum NaN, whatever the other slots
-    hold."""
+    """What a worker pushes before it reads its encoder's status (store.py, deferred
+    checks): the void payload of a non-finite gradient makes decode_slots report VOID
+    for its slot and the sum NaN, whatever the other slots hold."""
     grad, residual = grad_residual((6, 5), 'randn', 51)
     good, _ = ops.kvx_ternary_encode(nd(grad), nd(residual), scale=1.0)
     grad[2, 2] = np.nan

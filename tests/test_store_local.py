@@ -250,6 +250,7 @@ def test_non_finite_gradient_voids_the_step_and_keeps_state(shape, bad, aggregat
     v = mx.nd.array(g)
     kv.pushpull('w', v)
     assert np.isnan(v.asnumpy()).all(), 'the sum of a void step is NaN'
+    kv._resolve_pending()   # server mode reads its encoders' statuses after the push
     if res_before is not None:
         assert np.array_equal(kv._keys['w'].residual.asnumpy(), res_before)
         assert "key 'w': non-finite gradient" in caplog.text
@@ -260,6 +261,36 @@ def test_non_finite_gradient_voids_the_step_and_keeps_state(shape, bad, aggregat
     kv.pushpull('w', a)
     kv2.pushpull('w', b)
     assert np.array_equal(a.asnumpy(), b.asnumpy())
+
+
+def test_server_mode_pushes_before_reading_its_encoders(caplog):
+    """Server-mode keys do not wait for their encoders (store._deferred_step): a NaN
+    step's statuses wait in ``pending`` until the key's next step, which logs the
+    void step; homomorphic keys (several rounds) still check before they push."""
+    kv = hylo(size_threshold=1, chunk_size=1024)
+    kv.pushpull('w', mx.nd.array(rand((3000,), 1)))
+    state = kv._keys['w']
+    assert state.deferred and len(state.chunks) == 3 and state.pending is not None
+    bad = rand((3000,), 2)
+    bad[2500] = np.nan
+    kv.pushpull('w', mx.nd.array(bad))
+    assert 'non-finite' not in caplog.text       # not read yet
+    kv.pushpull('w', mx.nd.array(rand((3000,), 3)))
+    assert "key 'w': non-finite gradient" in caplog.text and 'at step 1' in caplog.text
+    homomorphic = hylo(size_threshold=1, aggregation='homomorphic')
+    homomorphic.pushpull('w', mx.nd.array(rand((3000,), 1)))
+    assert not homomorphic._keys['w'].deferred
+
+
+def test_a_deferred_encoder_failure_other_than_nan_raises():
+    """Encoders fail only on a non-finite gradient once parameters are checked; any
+    other status read at the next step is a bug, and is raised, not logged."""
+    kv = hylo(size_threshold=1)
+    kv.pushpull('w', mx.nd.array(rand((50, 40), 1)))
+    state = kv._keys['w']
+    state.pending = (7, [(mx.nd.array([6.0]), 'gradient')], [{}])
+    with pytest.raises(RuntimeError, match='step 7.*invalid codec parameter'):
+        kv.pushpull('w', mx.nd.array(rand((50, 40), 2)))
 
 
 def test_wrong_dtype_and_shapes():

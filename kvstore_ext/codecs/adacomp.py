@@ -28,6 +28,7 @@ from ..wire import HEADER_WORDS, adacomp_entry_words, adacomp_payload_words
 
 class AdaCompCodec(GatherCodec):
     name = 'adacomp'
+    deferred_checks = True
 
     def __init__(self, shape, bin, max_per_bin):
         super().__init__(shape)

@@ -29,6 +29,11 @@ class Codec:
     chunk_by_rows = False    # True: chunks are ranges of the first axis (filters)
     local_state = ()         # names of state_shapes that are this worker's own (not
                              # derived from round results): a void step keeps them
+    # True if a step is one Gather round whose encoder, on a bad gradient, keeps the
+    # residual and returns a void payload (cpp/ops.cc), and whose step replaces its
+    # local state rather than updating it in place: the store then pushes without
+    # waiting for the encoder and reads its status at the key's next step (store.py)
+    deferred_checks = False
 
     def __init__(self, shape):
         self.shape = tuple(int(d) for d in shape)
@@ -127,8 +132,30 @@ class GatherCodec(Codec):
         return [('payload', 'gather', self.payload_words(), pulled)]
 
 
-def check_encoded(status, what='gradient'):
-    """Raise if an encoder reported a non-finite input (status: 1-element NDArray)."""
+_deferred = None     # the list deferred_checks() collects statuses into, while active
+
+
+class deferred_checks:
+    """Within it, ``check_encoded`` collects ``(status, what)`` into the list ``with``
+    gives instead of waiting for the encoder: the store reads them later (store.py)."""
+
+    def __enter__(self):
+        global _deferred
+        self._outer, _deferred = _deferred, []
+        return _deferred
+
+    def __exit__(self, *exc):
+        global _deferred
+        _deferred = self._outer
+
+
+def check_encoded(status, what='gradient', defer=True):
+    """Raise if an encoder reported a non-finite input (status: 1-element NDArray), or
+    collect the status if a ``deferred_checks`` is active (``defer=False``: never,
+    for the servers' re-encoding)."""
+    if defer and _deferred is not None:
+        _deferred.append((status, what))
+        return
     code = int(status.asscalar())
     if code:
         raise NonFiniteGradientError(

@@ -12,6 +12,7 @@ from ..wire import element_topk_payload_words
 
 class ElementTopKCodec(GatherCodec):
     name = 'element_topk'
+    deferred_checks = True
 
     def __init__(self, shape, ratio):
         super().__init__(shape)

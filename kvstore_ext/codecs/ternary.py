@@ -22,6 +22,7 @@ VALUE_TEXT = {'t': '', 'mean': ', value mean|acc| of the sent', 'round': ', valu
 
 class TernaryCodec(GatherCodec):
     name = 'ternary'
+    deferred_checks = True
 
     def __init__(self, shape, scale=1.0, threshold=0.0, value='t', compressed_reply=False):
         super().__init__(shape)

@@ -9,6 +9,7 @@ from ..wire import TOPK, topk_payload_words
 
 class FilterTopKCodec(GatherCodec):
     name = 'topk'
+    deferred_checks = True
     chunk_by_rows = True
 
     def __init__(self, shape, k, compressed_reply=False):
