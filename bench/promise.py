@@ -18,7 +18,8 @@ accuracy mean +- std, the paired difference to the baseline (``dist_sync``, same
 baseline minus spec, in points, mean +- std), a verdict on "within 0.5 points" from the
 one-sided 95% t-bound of the paired differences (``ok``: the upper bound is below 0.5;
 ``WORSE``: the lower bound is above 0.5; ``?``: the seeds cannot tell), the compression
-ratios raw/push and raw/pull, and wall seconds (training + evaluation).
+ratios raw/push and raw/pull, wall seconds (training + evaluation) and the seconds of
+the training steps alone (``train s``: the slowest worker's, summed over epochs).
 
     python bench/promise.py --specs dist_sync dist_sync_hylo \\
         dist_sync_hylo:aggregation=homomorphic --models cnn512 --workers 4 \\
@@ -112,9 +113,11 @@ def run_one(args, spec, model, workers, schedule, seed, job_dir):
     if summaries is None:
         return run
     curve = accuracy.run_curve(summaries)
-    run.update({'curve': [{k: p[k] for k in ('epoch', 'test_acc', 'wall_s', 'train_loss')}
+    run.update({'curve': [{k: p[k] for k in ('epoch', 'test_acc', 'wall_s', 'train_s',
+                                             'train_loss')}
                           for p in curve],
-                'final_acc': curve[-1]['test_acc'], 'wall_s': curve[-1]['wall_s']})
+                'final_acc': curve[-1]['test_acc'], 'wall_s': curve[-1]['wall_s'],
+                'train_s': sum(p['train_s'] for p in curve)})
     stats = [s.get('comm_stats') for s in summaries]
     if all(stats):
         tot = {k: sum(st[k] for st in stats) for k in ('raw_bytes', 'push_bytes',
@@ -172,6 +175,7 @@ def summarize(runs, baseline=BASELINE):
                     'push_ratio': mean_std([r['push_ratio'] for r in ok])[0],
                     'pull_ratio': mean_std([r['pull_ratio'] for r in ok])[0],
                     'wall_s': mean_std([r['wall_s'] for r in ok]),
+                    'train_s': mean_std([r['train_s'] for r in ok if 'train_s' in r]),
                     'final_train_loss': mean_std([r['curve'][-1]['train_loss'] for r in ok]),
                     'others_cpu_share_max': max(r['others_cpu_share'] for r in ok)})
             rows.append(row)
@@ -192,19 +196,19 @@ def format_tables(rows):
             if last is not None:
                 out.append('')
             out.append('== %s, %d workers, %s ==' % group)
-            head = '%-50s %5s %15s %15s %5s %15s %7s %7s %11s' % (
+            head = '%-50s %5s %15s %15s %5s %15s %7s %7s %11s %11s' % (
                 'spec', 'seeds', 'test acc %', 'dist_sync - it', 'd<0.5', 'train loss',
-                'raw/push', 'raw/pull', 'wall s')
+                'raw/push', 'raw/pull', 'wall s', 'train s')
             out += [head, '-' * len(head)]
             last = group
         if 'acc' not in r:
             out.append('%-50s failed (seeds %s)' % (r['spec'], r['failed']))
             continue
-        out.append('%-50s %5d %15s %15s %5s %15s %7.1f %7.1f %11s%s' % (
+        out.append('%-50s %5d %15s %15s %5s %15s %7.1f %7.1f %11s %11s%s' % (
             r['spec'][:50], len(r['seeds']), _pm(r['acc'], '%.2f'),
             _pm(r['paired_diff_points'], '%+.2f'), r['verdict'],
             _pm(r['final_train_loss'], '%.3f'), r['push_ratio'],
-            r['pull_ratio'], _pm(r['wall_s'], '%.1f'),
+            r['pull_ratio'], _pm(r['wall_s'], '%.1f'), _pm(r['train_s'], '%.2f'),
             ' !' if r['others_cpu_share_max'] > accuracy.BUSY_SHARE else ''))
     out.append('dist_sync - it: paired by seed, points; d<0.5: one-sided 95%% t-bound '
                'of it (ok: < %.1f shown; WORSE: > %.1f shown; ?: seeds cannot tell); '
