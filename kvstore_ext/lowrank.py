@@ -91,5 +91,6 @@ def factors_with_residual(a, d, residual, rank, iterations, seed=0, tol=0.0):
                          lambda u: a64.T @ (d64 @ u) + r.T @ u.astype(np.float32),
                          out, inputs, rank, iterations, seed, tol)
     u, v = p.T.astype(np.float32), q.T.astype(np.float32)
-    left = r + np.concatenate([d32, -u]).T @ np.concatenate([a32, v])
+    left = np.concatenate([d32, -u]).T @ np.concatenate([a32, v])
+    left += r       # in place: one out x in temporary fewer
     return u, v, left

@@ -196,9 +196,7 @@ class OuterCodec(GatherCodec):
         total = yield self.gather(self.encode_factors(u, v))
         # 6. this worker's error, kept when the step counts (every worker skips a void one)
         if left is not None and not is_void(total):
-            from mxnet import ndarray
-            state.residual.reshape((self.rows, self.cols))[:] = ndarray.array(
-                left, dtype=np.float32)
+            state.residual.reshape((self.rows, self.cols))[:] = left   # one copy
         return total.reshape(self.shape)
 
     def describe(self):
