@@ -113,8 +113,8 @@ def run_one(args, spec, model, workers, schedule, seed, job_dir):
     if summaries is None:
         return run
     curve = accuracy.run_curve(summaries)
-    run.update({'curve': [{k: p[k] for k in ('epoch', 'test_acc', 'wall_s', 'train_s',
-                                             'train_loss')}
+    run.update({'curve': [{k: p[k] for k in ('epoch', 'test_acc', 'test_acc_spread',
+                                             'wall_s', 'train_s', 'train_loss')}
                           for p in curve],
                 'final_acc': curve[-1]['test_acc'], 'wall_s': curve[-1]['wall_s'],
                 'train_s': sum(p['train_s'] for p in curve)})
@@ -134,6 +134,13 @@ def run_one(args, spec, model, workers, schedule, seed, job_dir):
 
 def mean_std(values):
     return accuracy.mean_std(values)
+
+
+def desynced(run):
+    """True if the workers' replicas ended with different test accuracies (synchronous
+    training keeps them equal: a worker whose weights drifted away trains on its own
+    and spoils everyone's sum). Runs recorded before the spread was kept: False."""
+    return any(p.get('test_acc_spread', 0) > 0 for p in run['curve'])
 
 
 def verdict(diffs, margin=MARGIN):
@@ -177,7 +184,8 @@ def summarize(runs, baseline=BASELINE):
                     'wall_s': mean_std([r['wall_s'] for r in ok]),
                     'train_s': mean_std([r['train_s'] for r in ok if 'train_s' in r]),
                     'final_train_loss': mean_std([r['curve'][-1]['train_loss'] for r in ok]),
-                    'others_cpu_share_max': max(r['others_cpu_share'] for r in ok)})
+                    'others_cpu_share_max': max(r['others_cpu_share'] for r in ok),
+                    'desynced': sorted(r['seed'] for r in ok if desynced(r))})
             rows.append(row)
     return rows
 
@@ -209,11 +217,13 @@ def format_tables(rows):
             _pm(r['paired_diff_points'], '%+.2f'), r['verdict'],
             _pm(r['final_train_loss'], '%.3f'), r['push_ratio'],
             r['pull_ratio'], _pm(r['wall_s'], '%.1f'), _pm(r['train_s'], '%.2f'),
-            ' !' if r['others_cpu_share_max'] > accuracy.BUSY_SHARE else ''))
+            ' !' if r['others_cpu_share_max'] > accuracy.BUSY_SHARE else '') +
+            (' desynced: seeds %s' % r['desynced'] if r['desynced'] else ''))
     out.append('dist_sync - it: paired by seed, points; d<0.5: one-sided 95%% t-bound '
                'of it (ok: < %.1f shown; WORSE: > %.1f shown; ?: seeds cannot tell); '
                'train loss: mean over the last epoch; '
-               '!: other programs used > %d%% of the cores' % (MARGIN, MARGIN,
+               '!: other programs used > %d%% of the cores; desynced: the workers\' '
+               'replicas ended with different test accuracies' % (MARGIN, MARGIN,
                                                                  100 * accuracy.BUSY_SHARE))
     return '\n'.join(out)
 
