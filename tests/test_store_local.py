@@ -565,3 +565,24 @@ def test_conv_warmup_in_the_store():
     assert kv.codec_plan()['conv'] == 'top 4 of 16 filters'
     residual = kv._keys['conv'].residual.asnumpy()
     np.testing.assert_allclose(sent + residual, total, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_round_agreement_rounds_for_conv_layers_only():
+    """agreement='conv_round': the conv layers' filter set from this step's round, the FC
+    threshold from the previous aggregate (no round); a one-worker store then returns
+    the conv layer's own top filters at every step, as with 'round'."""
+    from kvstore_ext.schemes import Hylo
+    scheme = Hylo(aggregation='homomorphic', agreement='conv_round', size_threshold=100)
+    conv, fc = scheme.codec_for((8, 4, 3, 3), np.float32), scheme.codec_for((64, 100), np.float32)
+    assert (conv.agreement, fc.agreement) == ('round', 'previous')
+    stores = {a: mx.kv.create('dist_sync_hylo') for a in ('round', 'conv_round')}
+    for agreement, kv in stores.items():
+        kv.set_gradient_compression({'aggregation': 'homomorphic', 'agreement': agreement,
+                                     'size_threshold': 100})
+    rng = np.random.default_rng(5)
+    for step in range(3):
+        g = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+        outs = {a: mx.nd.array(g) for a in stores}
+        for agreement, kv in stores.items():
+            kv.pushpull('conv', outs[agreement])
+        np.testing.assert_array_equal(outs['conv_round'].asnumpy(), outs['round'].asnumpy())

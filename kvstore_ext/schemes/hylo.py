@@ -116,8 +116,9 @@ class Hylo(Scheme):
                                  "the others go float32", choices=('all', 'conv', 'fc')),
         'agreement': Param('str', 'previous', "homomorphic only: how workers agree on t "
                            "and the filter set: 'previous' (statistic carried by the "
-                           "previous aggregate) or 'round' (an extra tiny round per step)",
-                           choices=('previous', 'round')),
+                           "previous aggregate), 'round' (an extra tiny round per step "
+                           "and key) or 'conv_round' (the round for conv layers only)",
+                           choices=('previous', 'round', 'conv_round')),
     }
 
     def check(self, params):
@@ -174,10 +175,11 @@ class Hylo(Scheme):
         """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
+            agreement = 'previous' if p['agreement'] == 'previous' else 'round'
             if p['momentum'] > 0:
-                return MomentumAdditiveTopKCodec(shape, k, p['agreement'], p['momentum'],
+                return MomentumAdditiveTopKCodec(shape, k, agreement, p['momentum'],
                                                  p['momentum_masking'] == 'on')
-            return AdditiveTopKCodec(shape, k, p['agreement'])
+            return AdditiveTopKCodec(shape, k, agreement)
         if p['momentum'] > 0:
             return MomentumTopKCodec(shape, k, p['pull'] == 'compressed', p['momentum'],
                                      p['momentum_masking'] == 'on')
@@ -188,7 +190,8 @@ class Hylo(Scheme):
         mean|acc| (or ``fc_threshold``), in this aggregation mode."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
-            return AdditiveTernaryCodec(shape, scale, p['fc_threshold'], p['agreement'],
+            agreement = 'round' if p['agreement'] == 'round' else 'previous'
+            return AdditiveTernaryCodec(shape, scale, p['fc_threshold'], agreement,
                                         p['fc_value'])
         return TernaryCodec(shape, scale=scale, threshold=p['fc_threshold'],
                             value=p['fc_value'], compressed_reply=p['pull'] == 'compressed')
