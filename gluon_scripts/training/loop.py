@@ -44,11 +44,28 @@ def sync_aux_params(net):
 VOID_STEPS_IN_A_ROW = 5     # then the run has diverged, not met a bad batch
 
 
+def _broadcast_before_first_push(trainer):
+    """Gluon's Trainer broadcasts rank 0's initial weights lazily, inside the first
+    ``allreduce_grads``, through the same kvstore keys as the gradients. With MXNet's
+    own dist_sync a worker's first gradient push can then reach the servers before its
+    broadcast pull: once every worker has pushed, that pull returns the first round's
+    gradient sum instead of the weights, and the worker's replica drifts away for good
+    (docs/RESULTS.md section 13). Broadcasting first and waiting for it closes that
+    window. (kvstore_ext's stores broadcast through keys of their own.)"""
+    import mxnet as mx
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+        mx.nd.waitall()
+
+
 def _sum_and_update(trainer, params, batch_size):
     """``trainer.step`` in its two halves, so that a void step is skipped: if a worker's
     gradient was non-finite, every worker's sum holds NaN or Inf (kvstore_ext voids the
     step; dist_sync adds the NaN in), every worker sees it and none updates, so the
     replicas stay equal. Returns True if the update was applied."""
+    _broadcast_before_first_push(trainer)
     trainer.allreduce_grads()
     total = sum(p.list_grad()[0].sum() for p in params if p.grad_req != 'null')
     if not np.isfinite(total.asscalar()):
