@@ -186,6 +186,7 @@ def test_sigint_stops_everything(job_env):
 
 
 def test_launcher_sigkill_takes_nodes_along(job_env):
+    started = time.time() - 1
     proc = start_launcher(['-n', '1', '-s', '1'] + kv_job('--hang'), job_env)
     try:
         assert proc.stdout.readline() == '[worker 0] ready\n'
@@ -194,7 +195,27 @@ def test_launcher_sigkill_takes_nodes_along(job_env):
         proc.wait(timeout=10)
     finally:
         finish(proc)
-    # the job_env fixture checks that scheduler, server and workers died with it
+    # the job_env fixture checks that scheduler, server and workers died with it. Nobody
+    # is left to unlink their IPC socket files (the launcher does after a normal end):
+    # this test does, once the dying nodes stop listening, so that CI leaves none in /tmp
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        launch.remove_stale_ipc_sockets(started)
+        if not ours_left(started):
+            break
+        time.sleep(0.2)
+
+
+def ours_left(since):
+    """IPC socket files (``/tmp/<digits>``) made since ``since``."""
+    left = []
+    for name in os.listdir(launch.IPC_DIR):
+        try:
+            if name.isdigit() and os.lstat(os.path.join(launch.IPC_DIR, name)).st_mtime >= since:
+                left.append(name)
+        except FileNotFoundError:      # unlinked meanwhile
+            pass
+    return left
 
 
 @pytest.mark.parametrize('transport', ['ipc', 'tcp'])
