@@ -173,9 +173,10 @@ def _after_last_round(last_outs, values):
     and never reads the results (a loop that does not train on them) would send step
     s+1 while step s's round is still open, and the server, counting pushes, would
     close that round with two of its pushes and another worker's pull would return a
-    wrong sum (then a round waits forever). Training pushes the gradient arrays it
-    pulled into, so this costs nothing there; otherwise one no-op engine op an array.
-    (Gather keys are safe: MXNet copies a row_sparse push into a buffer of the key.)"""
+    wrong sum (then a round waits forever). A plain key under Gluon pushes the
+    gradient arrays it pulled into and costs nothing; otherwise (a Sum round's encoded
+    array, always) one no-op engine op an array. (Gather keys are safe: MXNet copies a
+    row_sparse push into a buffer of the key.)"""
     for value in values:
         if not any(value is out for out in last_outs):
             for out in last_outs:
