@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "mxnet/lib_api.h"
+#include "wire.h"
 
 namespace kvx_ops {
 
@@ -104,6 +105,20 @@ inline void set_encoded(MXTensor& payload, MXTensor& status, int code) {
   set_status(status, code);
   if (code != 0 && payload.size() > 0)
     f32(payload)[0] = std::numeric_limits<float>::quiet_NaN();
+}
+
+// A decoder of a summed additive payload (homomorphic Sum rounds): a sum whose first word
+// is NaN had a void contribution (an encoder that failed wrote one: set_encoded), so the
+// step is void on every worker: the output is NaN everywhere and the status kVoid.  So a
+// worker may decode a sum before it reads the sum's first word (kvstore_ext/codecs/
+// agreed.py, deferred checks).  Returns true if the sum was void.
+inline bool void_sum(MXTensor& summed, MXTensor& out, MXTensor& status) {
+  if (summed.size() == 0 || !(f32(summed)[0] != f32(summed)[0])) return false;
+  float* values = f32(out);
+  for (int64_t i = 0, n = out.size(); i < n; ++i)
+    values[i] = std::numeric_limits<float>::quiet_NaN();
+  set_status(status, kvx::kVoid);
+  return true;
 }
 
 bool check_dtypes(const char* op, const std::vector<int>& types, const char* const* names,

@@ -36,8 +36,11 @@
 //   kvx_after(before, x*)  (any dtypes)                -> f32[1], zero; x is unchanged
 //
 // `*` marks an input updated in place (setMutateInputs).  An encoder whose payload has a
-// header (fp32, topk, ternary, adacomp, element_topk, outer) returns a void payload on
-// failure: first word NaN, the rest zero (op_util.h, set_encoded).  O = shape[0] of the tensor,
+// header (fp32, topk, ternary, adacomp, element_topk, outer), and the additive encoders
+// of the homomorphic mode (topk_gather, ternary_encode_sum), return a void payload on
+// failure: first word NaN, the rest zero (op_util.h, set_encoded); the additive decoders
+// (topk_scatter, ternary_decode_sum) decode a sum whose first word is NaN to NaN
+// everywhere with status kVoid (op_util.h, void_sum).  O = shape[0] of the tensor,
 // F = size / O.  Status values are those of cpp/wire.h, as float32.  Inputs of any rank
 // are read as flat arrays.  Decoders never fail on a malformed payload: they return zeros
 // and a non-zero status, so that a server cannot be brought down by what it receives.
@@ -209,12 +212,14 @@ struct TopkGather : OpSpec {
   static void forward(const Params&, Tensors& in, Tensors& out) {
     int64_t filters, filter_size;
     filters_of(in[0].shape, &filters, &filter_size);
-    set_status(out[1], kvx::topk_gather(f32(in[0]), f32(in[1]), filters, filter_size,
-                                        f32(in[2]), in[2].size(), f32(out[0])));
+    set_encoded(out[0], out[1], kvx::topk_gather(f32(in[0]), f32(in[1]), filters,
+                                                 filter_size, f32(in[2]), in[2].size(),
+                                                 f32(out[0])));
   }
 };
 
-// Invalid indices give zeros and status kBadIndex.
+// A void sum of values (first word NaN) gives NaN and status kVoid (op_util.h, void_sum);
+// invalid indices give zeros and status kBadIndex.
 struct TopkScatter : OpSpec {
   static constexpr const char* name = "kvx_topk_scatter";
   static constexpr const char* inputs[] = {"values", "indices"};
@@ -237,6 +242,7 @@ struct TopkScatter : OpSpec {
     return true;
   }
   static void forward(const Params&, Tensors& in, Tensors& out) {
+    if (void_sum(in[0], out[0], out[1])) return;
     int64_t filters, filter_size;
     filters_of(out[0].shape, &filters, &filter_size);
     set_status(out[1], kvx::topk_scatter(f32(in[0]), f32(in[1]), in[1].size(), filters,
@@ -310,13 +316,14 @@ struct TernaryEncodeSum : Encoder {
            flat_shape(name, kvx::ternary_sum_words(product(in[0]), p.num_workers), &(*out)[0]);
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
-    set_status(out[1], kvx::ternary_encode_sum(f32(in[0]), f32(in[1]), in[0].size(),
-                                               p.threshold, p.num_workers, f32(out[0]),
-                                               p.value));
+    set_encoded(out[0], out[1],
+                kvx::ternary_encode_sum(f32(in[0]), f32(in[1]), in[0].size(), p.threshold,
+                                        p.num_workers, f32(out[0]), p.value));
   }
 };
 
-// A word that is not an integer in [0, base^D) gives zeros and status kBadWord.
+// A void sum (first word NaN) gives NaN and status kVoid (op_util.h, void_sum); any other
+// word that is not an integer in [0, base^D) gives zeros and status kBadWord.
 struct TernaryDecodeSum : OpSpec {
   static constexpr const char* name = "kvx_ternary_decode_sum";
   static constexpr const char* inputs[] = {"words"};
@@ -335,6 +342,7 @@ struct TernaryDecodeSum : OpSpec {
     return true;
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
+    if (void_sum(in[0], out[0], out[1])) return;
     set_status(out[1], kvx::ternary_decode_sum(f32(in[0]), in[0].size(), p.threshold,
                                                p.num_workers, out[0].size(), f32(out[0])));
   }

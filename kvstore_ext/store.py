@@ -37,7 +37,7 @@ from mxnet.context import cpu
 
 from . import chunking
 from .codecs.base import GatherCodec, deferred_checks
-from .errors import NONFINITE, NonFiniteGradientError, status_message
+from .errors import NONFINITE, VOID, NonFiniteGradientError, status_message
 from .memory import StateMemory
 from .ops import op
 from .rounds import drive, void
@@ -343,7 +343,8 @@ class CompressedKVStore(KVStoreBase):
             return results
 
         voided = False
-        if state.deferred:
+        if state.deferred and all(c.codec.deferrable(cs) for c, cs in
+                                  zip(state.chunks, state.chunk_states)):
             parts = self._deferred_step(state, grad, step, exchange)
         else:
             try:
@@ -395,21 +396,23 @@ class CompressedKVStore(KVStoreBase):
                 self._resolve(state)
 
     def _resolve(self, state):
-        """Read the encoders' statuses of the key's last deferred step (long done by
-        now): if its gradient was non-finite, log as ``_void_step`` does and give the
-        chunks back the local state the void step replaced; any other failure is a
-        bug, raised (its payload was void too, so no sum used it)."""
+        """Read the statuses of the key's last deferred step (long done by now): if
+        its gradient was non-finite, log as ``_void_step`` does and give the chunks back
+        the local state the void step replaced; any other failure is a bug, raised (its
+        payload was void too, so no sum used it). A decoder's ``VOID`` (homomorphic: a
+        worker's void contribution made the sum NaN) needs nothing: if the worker was
+        this one, its encoder's status says so."""
         step, statuses, kept = state.pending
         state.pending = None
         codes = [int(status.asscalar()) for status, _ in statuses]
-        if not any(codes):
+        if not any(code not in (0, VOID) for code in codes):
             return
         for cs, arrays in zip(state.chunk_states, kept):
             cs.put_back(arrays)
         failed = [(code, what) for code, (_, what) in zip(codes, statuses)
-                  if code not in (0, NONFINITE)]
+                  if code not in (0, NONFINITE, VOID)]
         if failed:
-            raise RuntimeError('key %r: an encoder failed at step %d (%s): %s' % (
+            raise RuntimeError('key %r: a codec failed at step %d (%s): %s' % (
                 state.key, step, failed[0][1], status_message(failed[0][0])))
         log.warning('key %r: non-finite gradient (NaN or Inf) on this worker (rank %d) at '
                     'step %d: it sent a void contribution, every worker\'s sum of this key '

@@ -230,7 +230,9 @@ def test_topk_gather_scatter_bad_indices(ops, bad):
     want_values, want_res, want_status = ref.topk_gather(grad, residual, idx)
     assert status_of(status) == want_status == wire.BAD_INDEX
     assert same_bits(res_nd.asnumpy(), residual) and same_bits(want_res, residual)
-    assert same_bits(values.asnumpy(), want_values) and not want_values.any()
+    # a void payload (first word NaN, as every failing encoder's): the sum is void
+    assert same_bits(values.asnumpy(), want_values)
+    assert np.isnan(want_values[0]) and not want_values[1:].any()
     out, status = ops.kvx_topk_scatter(nd(np.ones(6, f32)), nd(idx), shape=(10, 3))
     want_out, want_status = ref.topk_scatter(np.ones(6, f32), idx, (10, 3))
     assert status_of(status) == want_status == wire.BAD_INDEX
@@ -486,6 +488,7 @@ BAD_SUMS = [
     ([5.0, np.nan, 5.0], wire.BAD_WORD),
     ([5.0, np.inf, 5.0], wire.BAD_WORD),
     ([_LIMIT - 1, -0.0, 5.0], wire.OK),
+    ([np.nan, 2.0, 5.0], wire.VOID),     # a worker's void payload was in the sum
 ]
 
 
@@ -497,7 +500,9 @@ def test_ternary_decode_sum_bad_words(ops, words, status):
     out, got = ops.kvx_ternary_decode_sum(nd(words), threshold=0.5, num_workers=4, shape=(20,))
     assert status_of(got) == status
     assert same_bits(out.asnumpy(), want)
-    if status != wire.OK:
+    if status == wire.VOID:
+        assert np.isnan(want).all()
+    elif status != wire.OK:
         assert not want.any()
 
 
@@ -539,7 +544,8 @@ ENCODERS = {
                                                                 num_workers=3),
     'gather': lambda ops, g, r: ops.kvx_topk_gather(g, r, nd(np.array([1, 4], f32))),
 }
-HEADER_ENCODERS = {'fp32', 'topk', 'ternary_adaptive', 'ternary_fixed'}
+# every encoder but twobit's: a void payload (first word NaN) on failure
+VOID_ENCODERS = {'fp32', 'topk', 'ternary_adaptive', 'ternary_fixed', 'ternary_sum', 'gather'}
 REF_ENCODERS = {
     'fp32': lambda g, r: ref.fp32_encode(g)[1],
     'topk': lambda g, r: ref.topk_encode(g, r, 2)[2],
@@ -565,7 +571,7 @@ def test_nonfinite(ops, codec, bad):
     assert status_of(status) == REF_ENCODERS[codec](grad, residual) == wire.NONFINITE
     assert same_bits(res_nd.asnumpy(), residual)
     words = payload.asnumpy()
-    if codec in HEADER_ENCODERS:    # void: the servers' decode_slots read it as VOID
+    if codec in VOID_ENCODERS:    # void: decode_slots, and the additive decoders, read VOID
         assert np.isnan(words[0]) and not words[1:].any()
     else:
         assert not words.any()
@@ -584,6 +590,36 @@ def test_void_payload_voids_the_sum(ops):
     total, statuses = ops.kvx_decode_slots(slots, size=30)
     assert list(statuses.asnumpy()) == [wire.OK, wire.VOID]
     assert np.isnan(total.asnumpy()).all()
+
+
+@pytest.mark.parametrize('codec', ['ternary_sum', 'gather'])
+def test_void_payload_voids_the_additive_sum(ops, codec):
+    """Homomorphic rounds, as deferred checks run them (codecs/agreed.py): a worker whose
+    gradient is non-finite pushes its encoder's void payload at once; the servers add
+    it to the others' words, and every worker's decoder turns the sum into NaN
+    everywhere with status VOID, without anyone reading the sum first."""
+    grad, residual = grad_residual((6, 5), 'randn', 52)
+    idx = np.array([1, 4], f32)
+    if codec == 'gather':
+        good, _ = ops.kvx_topk_gather(nd(grad), nd(residual), nd(idx))
+    else:
+        good, _ = ops.kvx_ternary_encode_sum(nd(grad), nd(residual), threshold=0.5,
+                                             num_workers=3)
+    grad[2, 2] = np.nan
+    res_nd = nd(residual)
+    void, status = ENCODERS[codec](ops, nd(grad), res_nd)
+    assert status_of(status) == wire.NONFINITE
+    assert same_bits(res_nd.asnumpy(), residual)
+    total = good * 2 + void
+    if codec == 'gather':
+        out, status = ops.kvx_topk_scatter(total, nd(idx), shape=(6, 5))
+        want, want_status = ref.topk_scatter(total.asnumpy(), idx, (6, 5))
+    else:
+        out, status = ops.kvx_ternary_decode_sum(total, threshold=0.5, num_workers=3,
+                                                 shape=(6, 5))
+        want, want_status = ref.ternary_decode_sum(total.asnumpy(), 0.5, 3, 30)
+    assert status_of(status) == want_status == wire.VOID
+    assert np.isnan(out.asnumpy()).all() and np.isnan(want).all()
 
 
 def test_rows_dense(ops):

@@ -266,7 +266,9 @@ def test_non_finite_gradient_voids_the_step_and_keeps_state(shape, bad, aggregat
 def test_server_mode_pushes_before_reading_its_encoders(caplog):
     """Server-mode keys do not wait for their encoders (store._deferred_step): a NaN
     step's statuses wait in ``pending`` until the key's next step, which logs the
-    void step; homomorphic keys (several rounds) still check before they push."""
+    void step. Homomorphic keys with the carried agreement do the same from their
+    second step (the first runs the agreement round, whose result it reads); with
+    agreement 'round' (two rounds a step) they check before they push."""
     kv = hylo(size_threshold=1, chunk_size=1024)
     kv.pushpull('w', mx.nd.array(rand((3000,), 1)))
     state = kv._keys['w']
@@ -277,9 +279,25 @@ def test_server_mode_pushes_before_reading_its_encoders(caplog):
     assert 'non-finite' not in caplog.text       # not read yet
     kv.pushpull('w', mx.nd.array(rand((3000,), 3)))
     assert "key 'w': non-finite gradient" in caplog.text and 'at step 1' in caplog.text
-    homomorphic = hylo(size_threshold=1, aggregation='homomorphic')
-    homomorphic.pushpull('w', mx.nd.array(rand((3000,), 1)))
-    assert not homomorphic._keys['w'].deferred
+    for shape in [(3000,), (40, 3, 5, 5)]:        # FC (ternary), conv (filter top-k)
+        caplog.clear()
+        homomorphic = hylo(size_threshold=1, aggregation='homomorphic', chunk_size=1024)
+        homomorphic.pushpull('w', mx.nd.array(rand(shape, 1)))
+        state = homomorphic._keys['w']
+        assert state.deferred and state.pending is None     # the first step read its round
+        homomorphic.pushpull('w', mx.nd.array(rand(shape, 2)))
+        assert state.pending is not None
+        bad = rand(shape, 3)
+        bad.reshape(-1)[-1] = np.inf
+        out = mx.nd.zeros(shape)
+        homomorphic.pushpull('w', mx.nd.array(bad), out=out)
+        assert np.isnan(out.asnumpy()).all()            # void on every worker
+        assert 'non-finite' not in caplog.text          # not read yet
+        homomorphic.pushpull('w', mx.nd.array(rand(shape, 4)))
+        assert "key 'w': non-finite gradient" in caplog.text and 'at step 2' in caplog.text
+    rounds = hylo(size_threshold=1, aggregation='homomorphic', agreement='round')
+    rounds.pushpull('w', mx.nd.array(rand((3000,), 1)))
+    assert not rounds._keys['w'].deferred
 
 
 def test_a_deferred_encoder_failure_other_than_nan_raises():

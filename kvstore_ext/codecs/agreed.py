@@ -31,7 +31,7 @@ One step (``AgreedCodec.step``), numbered as in the code:
 4. one ``Sum`` round (``'payload'``);
 5. ``decode_sum`` of the summed payload; the summed tail is the next step's agreement.
 """
-from .base import Codec
+from .base import Codec, deferring
 from ..rounds import Sum, is_void, void_sum
 
 MODES = ('previous', 'round')
@@ -76,6 +76,8 @@ class AgreedCodec(Codec):
             words = ndarray.concat(words, self.statistic(grad, residual), dim=0)
         # 4. one round
         summed = yield Sum('payload', words)
+        if deferring():
+            return self._unread_end(summed, agreed, state, num_workers, settled)
         if is_void(summed):           # a worker's NaN: keep the agreed statistic as it was
             return void_sum(self.shape)
         # 5. decode; keep the summed tail (a copy: the pull buffer is reused)
@@ -84,6 +86,32 @@ class AgreedCodec(Codec):
             state['agreed'] = summed[body:].copy()
             summed = summed[:body]
         return self.decode_sum(summed, num_workers, settled)
+
+    def _unread_end(self, summed, agreed, state, num_workers, settled):
+        """Step 5 without reading the sum (deferred checks, 'previous' only): reading its
+        first word would wait for the round, and no later key could be pushed meanwhile.
+        A void sum decodes to NaN everywhere (the decoders' ``VOID``, cpp/op_util.h
+        void_sum), and an engine op keeps the carried statistic as it was."""
+        from mxnet import ndarray
+        if self.carries:
+            body = summed.size - self.agreement_words
+            void = summed[0:1] != summed[0:1]
+            state['agreed'] = ndarray.where(
+                ndarray.broadcast_to(void, shape=(self.agreement_words,)), agreed,
+                summed[body:])
+            summed = summed[:body]
+        return self.decode_sum(summed, num_workers, settled)
+
+    @property
+    def deferred_checks(self):
+        """One round a step ('previous'), and encoders and decoders that handle a void
+        step without a read (cpp/ops.cc): the store need not wait for them."""
+        return self.carries
+
+    def deferrable(self, state):
+        """Not the first step: it has no carried statistic and runs the agreement
+        round, whose result it must read."""
+        return self.carries and state.get('agreed') is not None
 
     def wire_words(self, num_workers):
         words = self.sum_words(num_workers) + (self.agreement_words if self.carries else 0)

@@ -29,15 +29,22 @@ class Codec:
     chunk_by_rows = False    # True: chunks are ranges of the first axis (filters)
     local_state = ()         # names of state_shapes that are this worker's own (not
                              # derived from round results): a void step keeps them
-    # True if a step is one Gather round whose encoder, on a bad gradient, keeps the
-    # residual and returns a void payload (cpp/ops.cc), and whose step replaces its
-    # local state rather than updating it in place: the store then pushes without
-    # waiting for the encoder and reads its status at the key's next step (store.py)
+    # True if a step is one round whose encoder, on a bad gradient, keeps the residual
+    # and returns a void payload (cpp/ops.cc), that reads no round result (a Gather
+    # round; or a Sum round whose decoder turns a void sum into NaN: codecs/agreed.py),
+    # and whose step replaces its local state rather than updating it in place: the
+    # store then pushes without waiting for the encoder and reads its status at the
+    # key's next step (store.py)
     deferred_checks = False
 
     def __init__(self, shape):
         self.shape = tuple(int(d) for d in shape)
         self.size = int(np.prod(self.shape)) if self.shape else 1
+
+    def deferrable(self, state):
+        """True if this step, with this chunk state, may run under deferred checks (a
+        codec whose step sometimes adds a round says when)."""
+        return self.deferred_checks
 
     # -- chunking: large tensors travel as chunks that decode on their own ---------
     def chunk_layout(self):
@@ -163,7 +170,17 @@ def check_encoded(status, what='gradient', defer=True):
             % (what, status_message(code)))
 
 
+def deferring():
+    """True inside ``deferred_checks``: a codec must not read a round's result either."""
+    return _deferred is not None
+
+
 def check_decoded(status, what='payload'):
+    """Raise if a decoder rejected a payload; inside ``deferred_checks``, collect the
+    status instead (a void sum's ``VOID`` then only says the step was void)."""
+    if _deferred is not None:
+        _deferred.append((status, what))
+        return
     code = int(status.asscalar())
     if code:
         raise PayloadError('%s rejected: %s' % (what, status_message(code)))

@@ -6,6 +6,11 @@ On a non-finite ``acc`` it returns status NONFINITE, an invalid payload and the
 residual unchanged: a bad step never enters the error-feedback memory.
 Decoders return ``(values, status)``; they check the header and every index and word
 before use, and return zeros with a non-zero status for a malformed payload.
+The homomorphic (additive) codecs mark a void step in the first word: their encoders
+return, on any failure, zeros with a NaN first word (``_void``), so that the sum of
+every worker's words has a NaN first word, and their decoders decode such a sum to NaN
+everywhere with status VOID (``_void_sum``): a worker can push and decode without
+reading anything first (kvstore_ext/codecs/agreed.py, deferred checks).
 Parameters are the caller's, not data: an invalid one (k out of range, a negative
 scale, a threshold not finite in float32) raises ValueError here where the C++ kernels
 return BAD_PARAM; ternary_decode_sum, a decoder, returns BAD_PARAM too.
@@ -25,6 +30,22 @@ def _acc(grad, residual):
 
 def _invalid(n_words=HEADER_WORDS):
     return np.zeros(n_words, f32)
+
+
+def _void(count):
+    """An additive encoder's output of ``count`` words on failure: zeros, the first NaN."""
+    words = np.zeros(count, f32)
+    if words.size:
+        words[0] = np.nan
+    return words
+
+
+def _void_sum(summed, shape):
+    """(NaN everywhere, VOID) if the summed additive words are void, else None."""
+    summed = np.asarray(summed).reshape(-1)
+    if summed.size and np.isnan(summed[0]):
+        return np.full(shape, np.nan, f32), wire.VOID
+    return None
 
 
 def _finite_f32(x):
@@ -128,9 +149,9 @@ def topk_gather(grad, residual, idx):
     if len(idx) > o:
         raise ValueError('%d indices for %d filters' % (len(idx), o))
     if not indices_valid(idx, o):
-        return values, np.asarray(residual, f32).copy(), BAD_INDEX
+        return _void(values.size), np.asarray(residual, f32).copy(), BAD_INDEX
     if not np.isfinite(acc).all():
-        return values, np.asarray(residual, f32).copy(), NONFINITE
+        return _void(values.size), np.asarray(residual, f32).copy(), NONFINITE
     rows = np.asarray(idx).astype(np.int64)
     new_res = flat.copy()
     new_res[rows] = 0
@@ -139,6 +160,9 @@ def topk_gather(grad, residual, idx):
 
 def topk_scatter(values, idx, shape):
     """Rows ``idx`` of a zero tensor of ``shape`` get ``values`` (k*F of them)."""
+    void = _void_sum(values, shape)
+    if void is not None:
+        return void
     out = np.zeros(shape, f32)
     rows = out.reshape(shape[0], -1)
     if len(idx) > rows.shape[0] or np.size(values) != len(idx) * rows.shape[1]:
@@ -275,7 +299,7 @@ def ternary_encode_sum(grad, residual, threshold, num_workers, value=0.0):
     acc = _acc(grad, residual)
     base = sum_base(num_workers)
     if not np.isfinite(acc).all():
-        return (np.zeros(sum_words(acc.size, num_workers), f32),
+        return (_void(sum_words(acc.size, num_workers)),
                 np.asarray(residual, f32).copy(), NONFINITE)
     codes = ternary_codes(acc, f32(threshold))
     v = f32(value) if value > 0 else f32(threshold)    # what a code stands for
@@ -284,6 +308,9 @@ def ternary_encode_sum(grad, residual, threshold, num_workers, value=0.0):
 
 def ternary_decode_sum(words, threshold, num_workers, n):
     """Decode a summed payload (float32 words): sum of codes times t, per element."""
+    void = _void_sum(words, n)
+    if void is not None:
+        return void
     out = np.zeros(n, f32)
     if not (1 <= num_workers <= MAX_WORKERS and _finite_f32(threshold) and threshold >= 0):
         return out, BAD_PARAM
