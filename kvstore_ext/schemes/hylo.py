@@ -117,7 +117,8 @@ class Hylo(Scheme):
         'agreement': Param('str', 'previous', "homomorphic only: how workers agree on t "
                            "and the filter set: 'previous' (statistic carried by the "
                            "previous aggregate), 'round' (an extra tiny round per step "
-                           "and key) or 'conv_round' (the round for conv layers only)",
+                           "and key) or 'conv_round' (the round for conv layers only; more "
+                           "accurate from 8 workers, docs/DESIGN.md)",
                            choices=('previous', 'round', 'conv_round')),
     }
 
