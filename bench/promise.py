@@ -184,7 +184,6 @@ def summarize(runs, baseline=BASELINE, margin=MARGIN):
                     'paired_diff_points': mean_std(diffs) if diffs else (None, None),
                     'paired_n': len(diffs),
                     'verdict': verdict(diffs, margin) if spec != baseline else '',
-                    'margin': margin,
                     'push_ratio': mean_std([r['push_ratio'] for r in ok])[0],
                     'pull_ratio': mean_std([r['pull_ratio'] for r in ok])[0],
                     'wall_s': mean_std([r['wall_s'] for r in ok]),
@@ -210,7 +209,7 @@ def _pm(pair, fmt):
     return (fmt + ' +- ' + fmt) % pair
 
 
-def format_tables(rows):
+def format_tables(rows, margin=MARGIN):
     out, last = [], None
     for r in rows:
         group = (r['model'], r['workers'], r['schedule'])
@@ -219,7 +218,7 @@ def format_tables(rows):
                 out.append('')
             out.append('== %s, %d workers, %s ==' % group)
             head = '%-50s %5s %15s %15s %5s %15s %7s %7s %11s %11s %13s' % (
-                'spec', 'seeds', 'test acc %', 'dist_sync - it', 'd<%g' % r.get('margin', MARGIN),
+                'spec', 'seeds', 'test acc %', 'dist_sync - it', 'd<%g' % margin,
                 'train loss', 'raw/push', 'raw/pull', 'wall s', 'train s', '/base')
             out += [head, '-' * len(head)]
             last = group
@@ -234,7 +233,6 @@ def format_tables(rows):
             _pm(r.get('train_ratio'), '%.3f'),
             ' !' if r['others_cpu_share_max'] > accuracy.BUSY_SHARE else '') +
             (' desynced: seeds %s' % r['desynced'] if r['desynced'] else ''))
-    margin = rows[0].get('margin', MARGIN) if rows else MARGIN
     out.append('dist_sync - it: paired by seed, points; d<%g: one-sided 95%% t-bound '
                'of it (ok: < %g shown; WORSE: > %g shown; ?: seeds cannot tell); '
                'train loss: mean over the last epoch; /base: train s over the '
@@ -312,7 +310,7 @@ def main(argv=None):
         with open(args.json) as f:
             runs = [r for r in json.load(f)['runs'] if not r.get('error')]
     if args.report:
-        print(format_tables(summarize(runs, margin=args.margin)))
+        print(format_tables(summarize(runs, margin=args.margin), args.margin))
         return 0
     done = {run_key(r) for r in runs}
     previous = cluster.catch_stop_signals()
@@ -358,7 +356,7 @@ def main(argv=None):
           'constant lr; long: %d epochs %s' % (args.servers, args.batch_size, args.lr,
                                                args.momentum, args.short_epochs,
                                                args.long_epochs, args.long_lr_mode))
-    print(format_tables(summarize(ok, margin=args.margin)))
+    print(format_tables(summarize(ok, margin=args.margin), args.margin))
     save(args.json, args, runs, started)
     return 130 if interrupted else 0
 

@@ -20,6 +20,8 @@
 #ifndef KVX_OP_UTIL_H_
 #define KVX_OP_UTIL_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -113,10 +115,8 @@ inline void set_encoded(MXTensor& payload, MXTensor& status, int code) {
 // worker may decode a sum before it reads the sum's first word (kvstore_ext/codecs/
 // agreed.py, deferred checks).  Returns true if the sum was void.
 inline bool void_sum(MXTensor& summed, MXTensor& out, MXTensor& status) {
-  if (summed.size() == 0 || !(f32(summed)[0] != f32(summed)[0])) return false;
-  float* values = f32(out);
-  for (int64_t i = 0, n = out.size(); i < n; ++i)
-    values[i] = std::numeric_limits<float>::quiet_NaN();
+  if (summed.size() == 0 || !std::isnan(f32(summed)[0])) return false;
+  std::fill(f32(out), f32(out) + out.size(), std::numeric_limits<float>::quiet_NaN());
   set_status(status, kvx::kVoid);
   return true;
 }

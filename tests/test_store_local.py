@@ -300,6 +300,20 @@ def test_server_mode_pushes_before_reading_its_encoders(caplog):
     assert not rounds._keys['w'].deferred
 
 
+def test_check_decoded_passes_a_void_sum_and_raises_a_malformed_one():
+    """A decoder's VOID (a void sum decoded to NaN) says the step was void, not that a
+    payload was bad; any other status raises, or waits in deferred_checks."""
+    from kvstore_ext.codecs.base import check_decoded, deferred_checks
+    from kvstore_ext.errors import VOID
+    check_decoded(mx.nd.array([0.0]))
+    check_decoded(mx.nd.array([float(VOID)]))
+    with pytest.raises(PayloadError, match='summed words rejected'):
+        check_decoded(mx.nd.array([8.0]), 'summed words')
+    with deferred_checks() as statuses:
+        check_decoded(mx.nd.array([8.0]), 'summed words')
+    assert [(int(st.asscalar()), what) for st, what in statuses] == [(8, 'summed words')]
+
+
 def test_a_deferred_encoder_failure_other_than_nan_raises():
     """Encoders fail only on a non-finite gradient once parameters are checked; any
     other status read at the next step is a bug, and is raised, not logged."""

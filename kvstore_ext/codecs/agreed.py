@@ -30,8 +30,10 @@ One step (``AgreedCodec.step``), numbered as in the code:
    ``'previous'`` mode, the statistic of the updated acc at its tail;
 4. one ``Sum`` round (``'payload'``);
 5. ``decode_sum`` of the summed payload; the summed tail is the next step's agreement.
+   Nothing of the sum is read here (a void sum decodes to NaN), so the store may defer
+   the statuses (``deferred_checks``) from the second step of ``'previous'`` on.
 """
-from .base import Codec, deferring
+from .base import Codec
 from ..rounds import Sum, is_void, void_sum
 
 MODES = ('previous', 'round')
@@ -76,29 +78,17 @@ class AgreedCodec(Codec):
             words = ndarray.concat(words, self.statistic(grad, residual), dim=0)
         # 4. one round
         summed = yield Sum('payload', words)
-        if deferring():
-            return self._unread_end(summed, agreed, state, num_workers, settled)
-        if is_void(summed):           # a worker's NaN: keep the agreed statistic as it was
-            return void_sum(self.shape)
-        # 5. decode; keep the summed tail (a copy: the pull buffer is reused)
+        # 5. decode, without reading the sum (that would wait for the round, and hold
+        # back every later key): a void sum (a worker's NaN) decodes to NaN everywhere
+        # (the decoders' VOID, cpp/op_util.h void_sum), and the summed tail becomes the
+        # next step's agreement unless the sum was void (an engine op; a copy: the pull
+        # buffer is reused)
         if self.carries:
+            from mxnet import ndarray
             body = summed.size - self.agreement_words
-            state['agreed'] = summed[body:].copy()
-            summed = summed[:body]
-        return self.decode_sum(summed, num_workers, settled)
-
-    def _unread_end(self, summed, agreed, state, num_workers, settled):
-        """Step 5 without reading the sum (deferred checks, 'previous' only): reading its
-        first word would wait for the round, and no later key could be pushed meanwhile.
-        A void sum decodes to NaN everywhere (the decoders' ``VOID``, cpp/op_util.h
-        void_sum), and an engine op keeps the carried statistic as it was."""
-        from mxnet import ndarray
-        if self.carries:
-            body = summed.size - self.agreement_words
-            void = summed[0:1] != summed[0:1]
-            state['agreed'] = ndarray.where(
-                ndarray.broadcast_to(void, shape=(self.agreement_words,)), agreed,
-                summed[body:])
+            void = ndarray.broadcast_to(summed[0:1] != summed[0:1],
+                                        shape=(self.agreement_words,))
+            state['agreed'] = ndarray.where(void, agreed, summed[body:])
             summed = summed[:body]
         return self.decode_sum(summed, num_workers, settled)
 

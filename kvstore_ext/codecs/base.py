@@ -16,7 +16,7 @@ Every integer in a payload is an exact float, so payloads survive the server's m
 """
 import numpy as np
 
-from ..errors import NonFiniteGradientError, PayloadError, status_message
+from ..errors import VOID, NonFiniteGradientError, PayloadError, status_message
 from ..rounds import Gather
 
 
@@ -170,17 +170,12 @@ def check_encoded(status, what='gradient', defer=True):
             % (what, status_message(code)))
 
 
-def deferring():
-    """True inside ``deferred_checks``: a codec must not read a round's result either."""
-    return _deferred is not None
-
-
 def check_decoded(status, what='payload'):
-    """Raise if a decoder rejected a payload; inside ``deferred_checks``, collect the
-    status instead (a void sum's ``VOID`` then only says the step was void)."""
+    """Raise if a decoder rejected a payload (``VOID``, a void sum decoded to NaN, only
+    says the step was void); inside ``deferred_checks``, collect the status instead."""
     if _deferred is not None:
         _deferred.append((status, what))
         return
     code = int(status.asscalar())
-    if code:
+    if code and code != VOID:
         raise PayloadError('%s rejected: %s' % (what, status_message(code)))
