@@ -465,6 +465,7 @@ class CompressedKVStore(KVStoreBase):
     def _plan(self, state, step):
         """Codec, chunks and chunk states of a key: at its first pushpull, and again
         when the scheme re-plans (a codec that encodes the same is kept)."""
+        self._scheme.num_workers = self.num_workers
         codec = self._scheme.codec_for_key(state.key, state.shape, state.dtype, step=step)
         previous = state.codec
         if previous is not None and codec.same_as(previous):

@@ -151,6 +151,8 @@ MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
                                                       agreement='previous')),
          'homomorphic-round': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
                                                             agreement='round')),
+         # the default agreement: at 8 workers the conv filter set comes from a round
+         'homomorphic-auto': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic')),
          # the FC rule before session 7 (codes worth the mean |acc| of the selected)
          'server-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, fc_value='mean')),
          'homomorphic-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
@@ -174,6 +176,7 @@ STEPS_OF = {'replan': 6}
     for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
 ] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1), ('none', 2, 2),
        ('server-mean', 2, 2), ('homomorphic-mean', 4, 1), ('server', 8, 2),
+       ('homomorphic-auto', 8, 2), ('homomorphic-auto', 2, 1),
        ('replan', 2, 2), ('replan', 4, 1), ('adacomp', 2, 2), ('adacomp', 4, 1),
        ('topk', 2, 2), ('topk', 4, 1)])
 def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
@@ -190,6 +193,7 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
         assert np.array_equal(run['broadcast'], np.ones((3, 4), np.float32))
 
     scheme = scheme_class(**params)
+    scheme.num_workers = workers          # as the store does before it plans
     for key, shape in job.SHAPES.items():
         codec = None
         residuals = [np.zeros(shape, np.float32) for _ in range(workers)]
@@ -222,6 +226,9 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
                 for w, run in enumerate(runs):
                     assert np.array_equal(run['res/%s/%d' % (key, step)], residuals[w]), \
                         (key, step, w)
+    if mode == 'homomorphic-auto':       # the conv key's agreement follows the workers
+        agreement = 'round' if workers >= 8 else 'previous'
+        assert infos[0]['plans']['0']['conv'].endswith('agreed (%s))' % agreement), infos
     if mode == 'replan':
         plans = [infos[0]['plans'][str(s)] for s in range(steps)]    # the store re-planned
         assert plans[0] == plans[1] != plans[2] == plans[3] != plans[4] == plans[5], plans

@@ -599,6 +599,28 @@ def test_conv_warmup_in_the_store():
     np.testing.assert_allclose(sent + residual, total, rtol=1e-4, atol=1e-4)
 
 
+def test_auto_agreement_rounds_for_conv_layers_from_eight_workers():
+    """The default agreement, 'auto': 'previous' below 8 workers, 'conv_round' from 8 on
+    (the store tells the scheme its workers before it plans); a one-worker store plans
+    'previous'."""
+    from kvstore_ext.schemes import Hylo
+    scheme = Hylo(aggregation='homomorphic', size_threshold=100)
+    assert scheme.params['agreement'] == 'auto'
+    got = {}
+    for workers in (1, 4, 7, 8, 64):
+        scheme.num_workers = workers
+        got[workers] = (scheme.codec_for((8, 4, 3, 3), np.float32).agreement,
+                        scheme.codec_for((64, 100), np.float32).agreement)
+    assert got == {1: ('previous', 'previous'), 4: ('previous', 'previous'),
+                   7: ('previous', 'previous'), 8: ('round', 'previous'),
+                   64: ('round', 'previous')}
+    kv = mx.kv.create('dist_sync_hylo')
+    kv.set_gradient_compression({'aggregation': 'homomorphic', 'size_threshold': 100})
+    kv.init('conv', mx.nd.zeros((8, 4, 3, 3)))
+    kv.pushpull('conv', mx.nd.ones((8, 4, 3, 3)))
+    assert kv.codec_plan()['conv'].endswith('(previous))')
+
+
 def test_conv_round_agreement_rounds_for_conv_layers_only():
     """agreement='conv_round': the conv layers' filter set from this step's round, the FC
     threshold from the previous aggregate (no round); a one-worker store then returns

@@ -18,6 +18,9 @@ class Scheme:
 
     name = None
     PARAMS = {}
+    # Workers the codecs serve: the store sets it before it plans a key, so a policy may
+    # choose by it (Hylo's agreement='auto'); 1 outside a store (plan, --list).
+    num_workers = 1
 
     def __init__(self, **given):
         self.params = _params.validate(dict(COMMON_PARAMS, **self.PARAMS), given, self.name)

@@ -40,6 +40,8 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    ``aggregation='homomorphic'`` is the additive variant (workers agree on t and the
    filter set so that the server can add payloads; ``agreement`` says how: from the
    previous aggregate or by an extra round; see codecs/agreed.py and docs/DESIGN.md).
+   The default, ``'auto'``, takes the conv filter set from a round from 8 workers on
+   (``CONV_ROUND_WORKERS``) and everything else from the previous aggregate.
 5. **Warm-up** (``warmup_steps``, default 0): the first steps of every compressed tensor
    go float32, as PyTorch's PowerSGD hook does; the scheme then re-plans the key
    (``replans_at``) to its compressed codec.
@@ -67,6 +69,12 @@ from .base import Scheme
 from ..codecs import (FilterTopKCodec, MomentumTopKCodec, MomentumAdditiveTopKCodec,
                       TernaryCodec, AdditiveTernaryCodec, AdditiveTopKCodec)
 from ..params import Param
+
+# agreement='auto' takes 'conv_round' from this many workers on: at 8 workers the
+# one-step-old filter scores of 'previous' cost cnn512 about 3 points on a short run and
+# the round won back 2.6 (docs/RESULTS.md sections 13, 14); at 4 the two end equal and
+# 'previous' reads nothing (its keys push without waiting).
+CONV_ROUND_WORKERS = 8
 
 
 class Hylo(Scheme):
@@ -114,12 +122,14 @@ class Hylo(Scheme):
         'compress_layers': Param('str', 'all', "diagnostic (ablations): which large "
                                  "tensors are compressed ('all', 'conv' only, 'fc' only); "
                                  "the others go float32", choices=('all', 'conv', 'fc')),
-        'agreement': Param('str', 'previous', "homomorphic only: how workers agree on t "
+        'agreement': Param('str', 'auto', "homomorphic only: how workers agree on t "
                            "and the filter set: 'previous' (statistic carried by the "
                            "previous aggregate), 'round' (an extra tiny round per step "
-                           "and key) or 'conv_round' (the round for conv layers only; more "
-                           "accurate from 8 workers, docs/DESIGN.md)",
-                           choices=('previous', 'round', 'conv_round')),
+                           "and key), 'conv_round' (the round for conv layers only; more "
+                           "accurate from 8 workers, docs/DESIGN.md) or 'auto' "
+                           "('conv_round' from %d workers on, else 'previous')"
+                           % CONV_ROUND_WORKERS,
+                           choices=('auto', 'previous', 'round', 'conv_round')),
     }
 
     def check(self, params):
@@ -172,11 +182,20 @@ class Hylo(Scheme):
             return self.conv_codec(shape, k)
         return self.fc_codec(shape, self.params['fc_scale'])
 
+    def agreements(self):
+        """(conv, FC) agreement of the homomorphic codecs: 'previous' or 'round'."""
+        mode = self.params['agreement']
+        if mode == 'auto':
+            mode = 'conv_round' if self.num_workers >= CONV_ROUND_WORKERS else 'previous'
+        if mode == 'conv_round':
+            return 'round', 'previous'
+        return mode, mode
+
     def conv_codec(self, shape, k):
         """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
-            agreement = 'previous' if p['agreement'] == 'previous' else 'round'
+            agreement = self.agreements()[0]
             if p['momentum'] > 0:
                 return MomentumAdditiveTopKCodec(shape, k, agreement, p['momentum'],
                                                  p['momentum_masking'] == 'on')
@@ -191,7 +210,7 @@ class Hylo(Scheme):
         mean|acc| (or ``fc_threshold``), in this aggregation mode."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
-            agreement = 'round' if p['agreement'] == 'round' else 'previous'
+            agreement = self.agreements()[1]
             return AdditiveTernaryCodec(shape, scale, p['fc_threshold'], agreement,
                                         p['fc_value'])
         return TernaryCodec(shape, scale=scale, threshold=p['fc_threshold'],
