@@ -51,6 +51,7 @@ def scheme_bytes(scheme, shapes, workers):
     from kvstore_ext import chunking
     from kvstore_ext.transport.ps import gather_wire_bytes
     pushed = pulled = 0
+    scheme.num_workers = workers          # as the store does: a policy may choose by it
     for shape in shapes.values():
         codec = scheme.codec_for(shape, np.float32)
         for chunk in chunking.split(codec, scheme.params['chunk_size']):
