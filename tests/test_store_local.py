@@ -138,6 +138,24 @@ def test_hylo_policy():
     assert scheme.conv_rate(10 ** 9) == 0.05
 
 
+def test_homomorphic_mode_sends_more_of_the_layer_adaptive_filters():
+    """Homomorphic workers send one agreed filter set, so the layer-adaptive rate is
+    scaled (homomorphic_conv_scale, at most all filters); a fixed conv_rate is taken as
+    given in both modes."""
+    from kvstore_ext.schemes import Hylo
+    shape = (64, 32, 5, 5)      # rate 0.3 * sqrt(32768 / 51200) = 0.24: 16 filters
+    k = {agg: Hylo(aggregation=agg).codec_for(shape, np.float32).k
+         for agg in ('server', 'homomorphic')}
+    assert k == {'server': 16, 'homomorphic': 31}
+    assert Hylo(aggregation='homomorphic', homomorphic_conv_scale=1).codec_for(
+        shape, np.float32).k == 16
+    assert Hylo(aggregation='homomorphic', homomorphic_conv_scale=10).conv_rate(51200) == 1
+    fixed = Hylo(aggregation='homomorphic', conv_rate=0.25).codec_for(shape, np.float32)
+    assert fixed.k == 16
+    with pytest.raises(ValueError):
+        Hylo(homomorphic_conv_scale=0.5)
+
+
 # -- compression against the NumPy reference, with error feedback -----------------
 
 def run_steps(kv, key, grads_per_device):

@@ -14,7 +14,12 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
 
    so a layer at the threshold sends ``conv_rate_max`` (0.3) of its filters and a layer
    100x larger a tenth of that (at least ``conv_rate_min``, 0.02). ``conv_rate`` fixes
-   the rate for every conv layer instead. (With 0.1, a 51,200-weight layer sent 6 of
+   the rate for every conv layer instead. In homomorphic mode the formula's rate is
+   multiplied by ``homomorphic_conv_scale`` (2, at most 1): there every worker sends the
+   same agreed filters, so a step updates k filters, where server mode's sum covers the
+   union of each worker's own k; with the server mode's rate the homomorphic mode lost
+   0.5 points of cnn512 at 4 workers and ~2 at 8 on a short run (docs/RESULTS.md
+   section 15), for 3-5% of its bytes there (conv-heavy models pay more: resnet18 1.8x). (With 0.1, a 51,200-weight layer sent 6 of
    64 filters a step, each filter waited ~10 steps, and short runs lost accuracy.)
 3. **FC weights** (2-D) and any other large tensor (1-D): the threshold adapts to the
    overall magnitude each step, ``t = fc_scale * mean|acc|`` (``fc_threshold > 0``
@@ -89,6 +94,11 @@ class Hylo(Scheme):
                                low=0, low_open=True, high=1),
         'conv_rate_max': Param('float', 0.3, 'conv rate of a layer at the size threshold',
                                low=0, low_open=True, high=1),
+        'homomorphic_conv_scale': Param('float', 2.0, 'homomorphic only: the layer-adaptive '
+                                        'conv rate times this (at most 1): all workers send '
+                                        'one agreed filter set, where in server mode each '
+                                        'sends its own and the sum covers their union',
+                                        low=1, high=100),
         'fc_scale': Param('float', 2.0, 'FC threshold t = fc_scale * mean|acc|',
                           low=0, low_open=True),
         'fc_threshold': Param('float', 0.0, 'fixed FC threshold if > 0 (else adaptive)',
@@ -138,11 +148,16 @@ class Hylo(Scheme):
                              % (params['conv_rate_min'], params['conv_rate_max']))
 
     def conv_rate(self, size):
+        """Share of a conv layer's filters sent: ``conv_rate`` if fixed, else the
+        layer-adaptive formula, times ``homomorphic_conv_scale`` in homomorphic mode."""
         p = self.params
         if p['conv_rate'] is not None:
             return p['conv_rate']
         rate = p['conv_rate_max'] * math.sqrt(max(p['size_threshold'], 1) / size)
-        return min(max(rate, p['conv_rate_min']), p['conv_rate_max'])
+        rate = min(max(rate, p['conv_rate_min']), p['conv_rate_max'])
+        if p['aggregation'] == 'homomorphic':
+            rate = min(rate * p['homomorphic_conv_scale'], 1.0)
+        return rate
 
     def conv_k(self, shape, step=None):
         """Filters sent of a conv tensor of ``shape``; during the conv warm-up (``step``
