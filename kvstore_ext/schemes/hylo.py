@@ -17,9 +17,10 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    the rate for every conv layer instead. In homomorphic mode the formula's rate is
    multiplied by ``homomorphic_conv_scale`` (2, at most 1): there every worker sends the
    same agreed filters, so a step updates k filters, where server mode's sum covers the
-   union of each worker's own k; with the server mode's rate the homomorphic mode lost
-   0.5 points of cnn512 at 4 workers and ~2 at 8 on a short run (docs/RESULTS.md
-   section 15), for 3-5% of its bytes there (conv-heavy models pay more: resnet18 1.8x). (With 0.1, a 51,200-weight layer sent 6 of
+   union of each worker's own k. Doubled, cnn512's short run at 8 workers ended 1.65
+   points higher (16 seeds, lower train loss on all); at 4 workers the train loss fell
+   on 13 of 16 seeds, the test accuracy gain is not resolved (docs/RESULTS.md section
+   15). It costs cnn512 3-5% more bytes; conv-heavy models pay more (resnet18 1.8x). (With 0.1, a 51,200-weight layer sent 6 of
    64 filters a step, each filter waited ~10 steps, and short runs lost accuracy.)
 3. **FC weights** (2-D) and any other large tensor (1-D): the threshold adapts to the
    overall magnitude each step, ``t = fc_scale * mean|acc|`` (``fc_threshold > 0``
