@@ -109,7 +109,7 @@ void test_layout() {
     CHECK_EQ(kvx::thc_padded_size(n, block), d);
   }
   // words: q = 16 and 4 workers: base 61, 4 digits a word (61^4 < 2^24 < 61^5)
-  CHECK_EQ(kvx::thc_sum_base(16, 4), 61);
+  CHECK_EQ(kvx::thc_sum_base(params(16), 4), 61);
   CHECK_EQ(kvx::thc_sum_words(40000, params(16, 2.5, 0, 65536), 4), 10000);
   CHECK_EQ(kvx::thc_sum_words(40000, params(16, 2.5, 0, 65536), 2), 10000);   // base 31: 4
   CHECK_EQ(kvx::thc_sum_words(40000, params(16, 2.5, 0, 65536), 8), 13334);   // base 121: 3
@@ -222,7 +222,7 @@ void test_quantize_levels() {
   for (int k = 0; k < 16; ++k) z.push_back(static_cast<float>(-2.5 + k * delta));
   const int64_t d = static_cast<int64_t>(z.size());
   for (int64_t step = 0; step < 20; ++step) {
-    Floats words(static_cast<size_t>(kvx::thc_packed_words(d, 16, 3)));
+    Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, 3)));
     CHECK_EQ(kvx::thc_quantize(z.data(), d, p, 3, 1, step, words.data()), kvx::kOk);
     const auto codes = codes_of(words, d, p, 3);
     CHECK(codes[0] == 0 && codes[1] == 15 && codes[2] == 0 && codes[3] == 15);
@@ -235,7 +235,7 @@ void test_quantize_levels() {
     for (auto c : codes) CHECK(c >= 0 && c < 16);
   }
   // q = 2: one bit, levels -T and +T
-  Floats two(static_cast<size_t>(kvx::thc_packed_words(d, 2, 1)));
+  Floats two(static_cast<size_t>(kvx::thc_packed_words(d, params(2), 1)));
   CHECK_EQ(kvx::thc_quantize(z.data(), d, params(2), 1, 0, 0, two.data()), kvx::kOk);
   for (auto c : codes_of(two, d, params(2), 1)) CHECK(c == 0 || c == 1);
 }
@@ -252,7 +252,7 @@ void test_quantize_unbiased() {
   for (auto& v : z) v = std::uniform_real_distribution<float>(-2.4f, 2.4f)(rng);
   const int trials = 4000;
   std::vector<double> sum(static_cast<size_t>(d), 0.0);
-  Floats words(static_cast<size_t>(kvx::thc_packed_words(d, 16, 1)));
+  Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, 1)));
   Floats values(static_cast<size_t>(d));
   for (int s = 0; s < trials; ++s) {
     kvx::thc_quantize(z.data(), d, p, 1, 0, s, words.data());
@@ -282,7 +282,7 @@ void test_sum_exact() {
       const ThcParams p = params(levels, 2.5);
       if (!kvx::thc_params_valid(p, workers)) continue;
       const int64_t d = 1000 + static_cast<int64_t>(rng() % 100);
-      const int64_t nw = kvx::thc_packed_words(d, levels, workers);
+      const int64_t nw = kvx::thc_packed_words(d, p, workers);
       std::vector<Floats> words(static_cast<size_t>(workers), Floats(static_cast<size_t>(nw)));
       std::vector<int64_t> code_sum(static_cast<size_t>(d), 0);
       for (int64_t w = 0; w < workers; ++w) {
@@ -320,7 +320,7 @@ void test_sum_exact() {
   }
   // the most workers: base 15 * 2^20 + 1 <= 2^24 for q = 16 (one digit a word), not q = 17
   CHECK(kvx::thc_params_valid(params(16), kvx::kThcMaxWorkers));
-  CHECK_EQ(kvx::thc_packed_words(5, 16, kvx::kThcMaxWorkers), 5);
+  CHECK_EQ(kvx::thc_packed_words(5, params(16), kvx::kThcMaxWorkers), 5);
   CHECK(!kvx::thc_params_valid(params(17), kvx::kThcMaxWorkers));
   CHECK(!kvx::thc_params_valid(params(16), kvx::kThcMaxWorkers + 1));
 }
