@@ -449,7 +449,7 @@ struct ThcAttrs {
   kvx::ThcParams p;
   int64_t step = 0, rank = 0, num_workers = 0, summed = 0, size = 0;
   std::vector<int64_t> shape;
-  bool levels_clamp(const Attrs& attrs, std::string* error) {  // and the table
+  bool quantiser(const Attrs& attrs, std::string* error) {  // levels, clamp, table=0
     return get_int(attrs, "levels", 2, kvx::kExactF32, &p.levels, error) &&
            get_real(attrs, "clamp", 0.0, true, true, 0.0, &p.clamp, error) &&
            (!has(attrs, "table") ||
@@ -464,8 +464,8 @@ struct ThcAttrs {
   bool block(const Attrs& attrs, std::string* error) {
     return get_int(attrs, "block", kvx::kThcMinBlock, kvx::kThcMaxBlock, &p.block, error);
   }
-  bool codec(const Attrs& attrs, std::string* error) {  // levels, clamp, seed, block
-    return levels_clamp(attrs, error) && seed_only(attrs, error) && block(attrs, error);
+  bool codec(const Attrs& attrs, std::string* error) {  // quantiser, seed, block
+    return quantiser(attrs, error) && seed_only(attrs, error) && block(attrs, error);
   }
   bool get_step(const Attrs& attrs, std::string* error) {
     return get_int(attrs, "step", 0, kvx::kThcMaxStep - 1, &step, error);
@@ -601,7 +601,7 @@ struct ThcQuantizeParams : ThcAttrs {
     return check_keys(attrs,
                       {"levels", "clamp", "seed", "step", "rank", "num_workers", "table"},
                       error) &&
-           levels_clamp(attrs, error) && seed_only(attrs, error) && get_step(attrs, error) &&
+           quantiser(attrs, error) && seed_only(attrs, error) && get_step(attrs, error) &&
            get_int(attrs, "num_workers", 1, kvx::kThcMaxWorkers, &num_workers, error) &&
            get_int(attrs, "rank", 0, kvx::kThcMaxWorkers - 1, &rank, error);
   }
@@ -636,7 +636,7 @@ struct ThcDequantizeParams : ThcAttrs {
   bool parse(const Attrs& attrs, std::string* error) {
     return check_keys(attrs, {"levels", "clamp", "num_workers", "summed", "size", "table"},
                       error) &&
-           levels_clamp(attrs, error) &&
+           quantiser(attrs, error) &&
            get_int(attrs, "num_workers", 1, kvx::kThcMaxWorkers, &num_workers, error) &&
            get_int(attrs, "summed", 1, kvx::kThcMaxWorkers, &summed, error) &&
            get_int(attrs, "size", 1, std::numeric_limits<unsigned int>::max(), &size, error);
