@@ -20,17 +20,18 @@
 //   kvx_element_topk_encode(grad, residual*; k)        -> payload f32[8+k*E], status
 //                                  (E = 2 words an entry, 3 above 2^24 elements)
 //   kvx_thc_norm(grad, residual; rank, num_workers)    -> slots f32[W] (norm at rank), status
-//   kvx_thc_encode(grad, residual*, norms f32[W]; levels, clamp, seed, block, step, rank)
-//                                                      -> words f32[ceil(d/D)], status
-//   kvx_thc_decode_sum(words, norms f32[W]; levels, clamp, seed, block, step, shape)
-//                                                      -> out f32[shape], status
+//   kvx_thc_encode(grad, residual*, norms f32[W]; levels, clamp, seed, block, step, rank,
+//                  table=0)                            -> words f32[ceil(d/D)], status
+//   kvx_thc_decode_sum(words, norms f32[W]; levels, clamp, seed, block, step, shape,
+//                      table=0)                        -> out f32[shape], status
 //   kvx_thc_rotate(x, norms; seed, step, block)        -> z f32[d], status
 //   kvx_thc_unrotate(z, norms; seed, step, block, shape) -> out f32[shape], status
-//   kvx_thc_quantize(z; levels, clamp, seed, step, rank, num_workers)
+//   kvx_thc_quantize(z; levels, clamp, seed, step, rank, num_workers, table=0)
 //                                                      -> words f32[ceil(d/D)], status
-//   kvx_thc_dequantize(words; levels, clamp, num_workers, summed, size)
+//   kvx_thc_dequantize(words; levels, clamp, num_workers, summed, size, table=0)
 //                                                      -> values f32[size], status
-//                                  (d = padded size, D codes a word: cpp/codecs/thc.h)
+//                                  (d = padded size, D digits a word, table 0 uniform,
+//                                   1 THC's non-uniform table: cpp/codecs/thc.h)
 //   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
 //   kvx_rows_dense(rows f32[R, C] (row_sparse or dense); size) -> out f32[size]
 //   kvx_after(before, x*)  (any dtypes)                -> f32[1], zero; x is unchanged
@@ -440,16 +441,19 @@ struct OuterEncode : OpSpec {
 // The scheme's four steps (kvstore_ext/codecs/thc.py) and, for the differential tests
 // and the benchmark, its pieces: the randomized Hadamard transform and its inverse,
 // quantise-and-pack, unpack-and-dequantise.  `norms` is the summed norm round (one slot
-// per worker): M = max(norms), num_workers = its length.
+// per worker): M = max(norms), num_workers = its length.  `table` (optional, 0) is a
+// table id of cpp/codecs/thc.h: 0 uniform, 1 THC's non-uniform table (levels = 16).
 
 // Attributes shared by the THC ops; each op states which it reads.
 struct ThcAttrs {
   kvx::ThcParams p;
   int64_t step = 0, rank = 0, num_workers = 0, summed = 0, size = 0;
   std::vector<int64_t> shape;
-  bool levels_clamp(const Attrs& attrs, std::string* error) {
+  bool quantiser(const Attrs& attrs, std::string* error) {  // levels, clamp, table=0
     return get_int(attrs, "levels", 2, kvx::kExactF32, &p.levels, error) &&
-           get_real(attrs, "clamp", 0.0, true, true, 0.0, &p.clamp, error);
+           get_real(attrs, "clamp", 0.0, true, true, 0.0, &p.clamp, error) &&
+           (!has(attrs, "table") ||
+            get_int(attrs, "table", 0, kvx::kThcTableCount - 1, &p.table, error));
   }
   bool seed_only(const Attrs& attrs, std::string* error) {
     int64_t seed = 0;
@@ -460,8 +464,8 @@ struct ThcAttrs {
   bool block(const Attrs& attrs, std::string* error) {
     return get_int(attrs, "block", kvx::kThcMinBlock, kvx::kThcMaxBlock, &p.block, error);
   }
-  bool codec(const Attrs& attrs, std::string* error) {  // levels, clamp, seed, block
-    return levels_clamp(attrs, error) && seed_only(attrs, error) && block(attrs, error);
+  bool codec(const Attrs& attrs, std::string* error) {  // quantiser, seed, block
+    return quantiser(attrs, error) && seed_only(attrs, error) && block(attrs, error);
   }
   bool get_step(const Attrs& attrs, std::string* error) {
     return get_int(attrs, "step", 0, kvx::kThcMaxStep - 1, &step, error);
@@ -470,10 +474,12 @@ struct ThcAttrs {
 
 bool thc_valid(const char* op, const kvx::ThcParams& p, int64_t num_workers) {
   if (kvx::thc_params_valid(p, num_workers)) return true;
-  MX_ERROR_MSG << op << ": levels=" << p.levels << ", clamp=" << p.clamp << ", block="
-               << p.block << " and num_workers=" << num_workers
-               << " need a base levels-1 times num_workers plus 1 <= 2^24, a power-of-two "
-               << "block and 0 < clamp <= " << kvx::kThcMaxClamp;
+  MX_ERROR_MSG << op << ": levels=" << p.levels << ", table=" << p.table << ", clamp="
+               << p.clamp << ", block=" << p.block << " and num_workers=" << num_workers
+               << " need levels=" << kvx::kThcTableThcLevels << " for table="
+               << kvx::kThcTableThc << ", a base g times num_workers plus 1 <= 2^24 (g = "
+               << "levels-1, or " << kvx::kThcTableThcGrid << " for table=" << kvx::kThcTableThc
+               << "), a power-of-two block and 0 < clamp <= " << kvx::kThcMaxClamp;
   return false;
 }
 
@@ -592,15 +598,17 @@ struct ThcUnrotate : OpSpec {
 
 struct ThcQuantizeParams : ThcAttrs {
   bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"levels", "clamp", "seed", "step", "rank", "num_workers"},
+    return check_keys(attrs,
+                      {"levels", "clamp", "seed", "step", "rank", "num_workers", "table"},
                       error) &&
-           levels_clamp(attrs, error) && seed_only(attrs, error) && get_step(attrs, error) &&
+           quantiser(attrs, error) && seed_only(attrs, error) && get_step(attrs, error) &&
            get_int(attrs, "num_workers", 1, kvx::kThcMaxWorkers, &num_workers, error) &&
            get_int(attrs, "rank", 0, kvx::kThcMaxWorkers - 1, &rank, error);
   }
 };
 
-// words: the codes of z (clamped, stochastically rounded) packed for num_workers.
+// words: the digits of z (clamped, stochastically rounded to the table) packed for
+// num_workers.
 struct ThcQuantize : OpSpec {
   static constexpr const char* name = "kvx_thc_quantize";
   static constexpr const char* inputs[] = {"z"};
@@ -615,7 +623,7 @@ struct ThcQuantize : OpSpec {
     }
     (*out)[1] = Shape{1};
     return nonempty(name, in[0], "z") &&
-           flat_shape(name, kvx::thc_packed_words(product(in[0]), p.p.levels, p.num_workers),
+           flat_shape(name, kvx::thc_packed_words(product(in[0]), p.p, p.num_workers),
                       &(*out)[0]);
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
@@ -626,15 +634,16 @@ struct ThcQuantize : OpSpec {
 
 struct ThcDequantizeParams : ThcAttrs {
   bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"levels", "clamp", "num_workers", "summed", "size"}, error) &&
-           levels_clamp(attrs, error) &&
+    return check_keys(attrs, {"levels", "clamp", "num_workers", "summed", "size", "table"},
+                      error) &&
+           quantiser(attrs, error) &&
            get_int(attrs, "num_workers", 1, kvx::kThcMaxWorkers, &num_workers, error) &&
            get_int(attrs, "summed", 1, kvx::kThcMaxWorkers, &summed, error) &&
            get_int(attrs, "size", 1, std::numeric_limits<unsigned int>::max(), &size, error);
   }
 };
 
-// values f32[size]: the level sums of `summed` workers' codes in words packed for
+// values f32[size]: the level sums of `summed` workers' digits in words packed for
 // num_workers.  A word that is not an integer in [0, base^D) gives zeros and kBadWord.
 struct ThcDequantize : OpSpec {
   static constexpr const char* name = "kvx_thc_dequantize";
@@ -643,11 +652,11 @@ struct ThcDequantize : OpSpec {
   using Params = ThcDequantizeParams;
   static bool shape(const Params& p, const Shapes& in, Shapes* out) {
     if (!thc_valid(name, p.p, p.num_workers)) return false;
-    const int64_t expected = kvx::thc_packed_words(p.size, p.p.levels, p.num_workers);
+    const int64_t expected = kvx::thc_packed_words(p.size, p.p, p.num_workers);
     if (product(in[0]) != expected) {
       MX_ERROR_MSG << name << ": words " << shape_string(in[0]) << " must hold " << expected
                    << " elements for size=" << p.size << ", levels=" << p.p.levels
-                   << " and num_workers=" << p.num_workers;
+                   << ", table=" << p.p.table << " and num_workers=" << p.num_workers;
       return false;
     }
     (*out)[0] = Shape{static_cast<unsigned int>(p.size)};
@@ -662,7 +671,8 @@ struct ThcDequantize : OpSpec {
 
 struct ThcEncodeParams : ThcAttrs {
   bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"levels", "clamp", "seed", "block", "step", "rank"}, error) &&
+    return check_keys(attrs, {"levels", "clamp", "seed", "block", "step", "rank", "table"},
+                      error) &&
            codec(attrs, error) && get_step(attrs, error) &&
            get_int(attrs, "rank", 0, kvx::kThcMaxWorkers - 1, &rank, error);
   }
@@ -695,7 +705,8 @@ struct ThcEncode : OpSpec {
 
 struct ThcDecodeParams : ThcAttrs {
   bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"levels", "clamp", "seed", "block", "step", "shape"}, error) &&
+    return check_keys(attrs, {"levels", "clamp", "seed", "block", "step", "shape", "table"},
+                      error) &&
            codec(attrs, error) && get_step(attrs, error) &&
            get_shape(attrs, "shape", &shape, error);
   }

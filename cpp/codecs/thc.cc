@@ -4,10 +4,11 @@
 // 256 KiB by default, so a block's passes run in L2): the encoder reads grad and
 // residual, scales, clamps and flips signs in one pass, transforms (three butterfly
 // levels fused, then two at a time), quantises with a 32-bit counter hash (vectorises,
-// unlike a 64-bit one on AVX2), then decodes its own codes through a per-block table of
-// level * r and transforms back, updating the residual in the last pass.  Only the codes
+// unlike a 64-bit one on AVX2), then decodes its own digits through a per-block table of
+// level * r and transforms back, updating the residual in the last pass.  Only the digits
 // (uint16) of the whole chunk are kept, for the final packing (words may straddle
-// blocks).
+// blocks).  The uniform table keeps its own quantiser loop (no lookups: it vectorises);
+// other tables look their interval up by floor(p).
 #include "codecs/thc.h"
 
 #include <algorithm>
@@ -190,42 +191,88 @@ KVX_INLINE uint32_t hash32(uint32_t x) {
 // The 32-bit dither key of stream `key`.
 uint32_t dither_key(uint64_t key) { return static_cast<uint32_t>(key ^ (key >> 32)); }
 
-// codes[i] of z[i], padded position first + i: clamp to [-t, t], p = (z + t) * inv
-// capped at top = q - 1, code = floor(p) + (u < p - floor(p)).
+// The 24-bit uniform of padded position first + i.
+KVX_INLINE float dither_at(uint32_t key, uint32_t first, int64_t i) {
+  const uint32_t h = hash32(key + first + static_cast<uint32_t>(i));
+  return static_cast<float>(static_cast<int32_t>(h >> 8)) * 0x1p-24f;
+}
+
+// The uniform table: digits[i] of z[i], padded position first + i: clamp to [-t, t],
+// p = (z + t) * inv capped at top = g, digit = floor(p) + (u < p - floor(p)).
 KVX_HOT void quantize_block(const float* z, int64_t size, float t, float inv, float top,
-                            uint32_t key, uint32_t first, uint16_t* codes) {
+                            uint32_t key, uint32_t first, uint16_t* digits) {
   for (int64_t i = 0; i < size; ++i) {
-    const uint32_t h = hash32(key + first + static_cast<uint32_t>(i));
-    const float u = static_cast<float>(static_cast<int32_t>(h >> 8)) * 0x1p-24f;
+    const float u = dither_at(key, first, i);
     const float zc = std::min(std::max(z[i], -t), t);
     const float p = std::min((zc + t) * inv, top);
     const float lo = std::floor(p);
-    codes[i] = static_cast<uint16_t>(static_cast<int32_t>(lo) + static_cast<int32_t>(u < p - lo));
+    digits[i] = static_cast<uint16_t>(static_cast<int32_t>(lo) + static_cast<int32_t>(u < p - lo));
   }
 }
 
-// words[w] = sum_j codes[w*D + j] * base^j (padding digits 0); D known at compile time.
+// A non-uniform table's interval of every integer f in [0, g]: the entry below, t[j]
+// (the largest with t[j] <= f, j <= q - 2), and the width t[j+1] - t[j]; p in [f, f + 1)
+// lies in [t[j], t[j+1]] (entries are integers).  Empty for the uniform table, which
+// quantize_block rounds without lookups.
+struct Intervals {
+  std::vector<float> below, width;
+  bool uniform() const { return below.empty(); }
+  explicit Intervals(const ThcParams& p) {
+    if (p.table == kThcTableUniform) return;
+    const int64_t g = thc_grid(p);
+    below.resize(static_cast<size_t>(g + 1));
+    width.resize(static_cast<size_t>(g + 1));
+    int64_t j = 0;
+    for (int64_t f = 0; f <= g; ++f) {
+      while (j + 2 < p.levels && thc_table_value(p, j + 1) <= f) ++j;
+      below[f] = static_cast<float>(thc_table_value(p, j));
+      width[f] = static_cast<float>(thc_table_value(p, j + 1) - thc_table_value(p, j));
+    }
+  }
+};
+
+// Any table: digits[i] of z[i]: p as above (top = g), t[j] <= p <= t[j+1] from floor(p),
+// digit = t[j] + w (u < (p - t[j]) / w), w = t[j+1] - t[j]: E[digit] = p.  p - t[j] is
+// exact in float32 (t[j] = 0, or p <= t[j] + w <= 2 t[j] for the tables here: Sterbenz).
+KVX_HOT void quantize_block_table(const float* z, int64_t size, float t, float inv, float top,
+                                  const Intervals& table, uint32_t key, uint32_t first,
+                                  uint16_t* digits) {
+  const float* below = table.below.data();
+  const float* width = table.width.data();
+  for (int64_t i = 0; i < size; ++i) {
+    const float u = dither_at(key, first, i);
+    const float zc = std::min(std::max(z[i], -t), t);
+    const float p = std::min((zc + t) * inv, top);
+    const int32_t f = static_cast<int32_t>(p);  // p >= 0: floor
+    const float lo = below[f], w = width[f];
+    const float up = (u < (p - lo) / w) ? w : 0.0f;
+    digits[i] = static_cast<uint16_t>(static_cast<int32_t>(lo + up));
+  }
+}
+
+// words[w] = sum_j digits[w*D + j] * base^j (padding digits 0); D known at compile time.
 template <int kDigits>
-KVX_HOT void pack_words(const uint16_t* codes, int64_t d, int32_t base, float* words) {
+KVX_HOT void pack_words(const uint16_t* digits, int64_t d, int32_t base, float* words) {
   int32_t power[kDigits];
   for (int j = 0, v = 1; j < kDigits; ++j, v *= base) power[j] = v;
   const int64_t full = d / kDigits;
   for (int64_t w = 0; w < full; ++w) {
     int32_t word = 0;
-    for (int j = 0; j < kDigits; ++j) word += static_cast<int32_t>(codes[w * kDigits + j]) * power[j];
+    for (int j = 0; j < kDigits; ++j)
+      word += static_cast<int32_t>(digits[w * kDigits + j]) * power[j];
     words[w] = static_cast<float>(word);
   }
   if (full * kDigits < d) {
     int32_t word = 0;
     for (int64_t j = 0; j < d - full * kDigits; ++j)
-      word += static_cast<int32_t>(codes[full * kDigits + j]) * power[j];
+      word += static_cast<int32_t>(digits[full * kDigits + j]) * power[j];
     words[full] = static_cast<float>(word);
   }
 }
 
-void pack_any(const uint16_t* codes, int64_t d, int digits, int32_t base, float* words) {
-  switch (digits) {
-#define KVX_THC_PACK(D) case D: pack_words<D>(codes, d, base, words); break;
+void pack_any(const uint16_t* digits, int64_t d, int per_word, int32_t base, float* words) {
+  switch (per_word) {
+#define KVX_THC_PACK(D) case D: pack_words<D>(digits, d, base, words); break;
     KVX_THC_PACK(1) KVX_THC_PACK(2) KVX_THC_PACK(3) KVX_THC_PACK(4) KVX_THC_PACK(5)
     KVX_THC_PACK(6) KVX_THC_PACK(7) KVX_THC_PACK(8) KVX_THC_PACK(9) KVX_THC_PACK(10)
     KVX_THC_PACK(11) KVX_THC_PACK(12) KVX_THC_PACK(13) KVX_THC_PACK(14) KVX_THC_PACK(15)
@@ -252,7 +299,7 @@ struct Divider {
   uint32_t operator()(uint32_t x) const { return static_cast<uint32_t>((x * mul) >> shift); }
 };
 
-// The digits (the summed codes) of padded positions [first, first + count).
+// The digits (the summed table values) of padded positions [first, first + count).
 struct Unpacker {
   const float* words;
   int digits;
@@ -291,13 +338,13 @@ KVX_HOT bool words_are_digits(const float* words, int64_t count, float limit) {
   return bad == 0;
 }
 
-// The float32 value of a sum S of `summed` codes: S * 2T / (q - 1) - summed * T,
-// computed in float64 (thc.h).
+// The float32 value of a sum S of `summed` digits: S * 2T / g - summed * T, computed in
+// float64 (thc.h).
 struct Levels {
   double delta, offset;
   Levels(const ThcParams& p, int64_t summed) {
     const double t = static_cast<double>(static_cast<float>(p.clamp));
-    delta = 2.0 * t / static_cast<double>(p.levels - 1);
+    delta = 2.0 * t / static_cast<double>(thc_grid(p));
     offset = static_cast<double>(summed) * t;
   }
   float operator()(uint32_t s) const {
@@ -330,11 +377,28 @@ bool step_valid(int64_t step) { return step >= 0 && step < kThcMaxStep; }
 
 // ---- layout and parameters -----------------------------------------------------------
 
+int64_t thc_grid(const ThcParams& p) {
+  if (p.levels < 2 || p.levels > kThcMaxLevels) return 0;
+  if (p.table == kThcTableUniform) return p.levels - 1;
+  if (p.table == kThcTableThc && p.levels == kThcTableThcLevels) return kThcTableThcGrid;
+  return 0;
+}
+
+int64_t thc_table_value(const ThcParams& p, int64_t k) {
+  if (thc_grid(p) == 0 || k < 0 || k >= p.levels) return -1;
+  return p.table == kThcTableThc ? kThcTableThcValues[k] : k;
+}
+
+int64_t thc_sum_base(const ThcParams& p, int64_t num_workers) {
+  const int64_t g = thc_grid(p);
+  return g > 0 ? num_workers * g + 1 : 0;
+}
+
 bool thc_params_valid(const ThcParams& p, int64_t num_workers) {
-  if (num_workers < 1 || num_workers > kThcMaxWorkers || p.levels < 2 ||
-      p.levels > kThcMaxLevels || !block_valid(p.block))
+  if (num_workers < 1 || num_workers > kThcMaxWorkers || thc_grid(p) == 0 ||
+      !block_valid(p.block))
     return false;
-  if (thc_sum_base(p.levels, num_workers) > kExactF32) return false;
+  if (thc_sum_base(p, num_workers) > kExactF32) return false;
   const float t = static_cast<float>(p.clamp);
   return std::isfinite(p.clamp) && t > 0.0f && p.clamp <= kThcMaxClamp;
 }
@@ -352,17 +416,15 @@ int64_t thc_padded_size(int64_t n, int64_t block) {
   return layout.valid ? layout.d : 0;
 }
 
-int64_t thc_packed_words(int64_t d, int64_t levels, int64_t num_workers) {
-  if (d < 0 || levels < 2 || levels > kThcMaxLevels || num_workers < 1 ||
-      num_workers > kThcMaxWorkers)
-    return 0;
-  const int digits = digits_per_word(thc_sum_base(levels, num_workers), kMantissaF32);
+int64_t thc_packed_words(int64_t d, const ThcParams& p, int64_t num_workers) {
+  if (d < 0 || thc_grid(p) == 0 || num_workers < 1 || num_workers > kThcMaxWorkers) return 0;
+  const int digits = digits_per_word(thc_sum_base(p, num_workers), kMantissaF32);
   return digits > 0 ? ceil_div(d, digits) : 0;
 }
 
 int64_t thc_sum_words(int64_t n, const ThcParams& p, int64_t num_workers) {
   if (!thc_params_valid(p, num_workers)) return 0;
-  return thc_packed_words(thc_padded_size(n, p.block), p.levels, num_workers);
+  return thc_packed_words(thc_padded_size(n, p.block), p, num_workers);
 }
 
 bool thc_max_norm(const float* norms, int64_t count, float* m) {
@@ -461,13 +523,19 @@ int thc_unrotate(const float* z, int64_t n, float max_norm, uint64_t seed, int64
 
 // ---- quantisation and packing ----------------------------------------------------------
 
-static void quantize_codes(const float* z, int64_t size, const ThcParams& p, uint32_t key,
-                           int64_t first, uint16_t* codes) {
+// Digits of z[0, size) at padded positions first, first + 1, ... (`table`: Intervals(p)).
+static void quantize_digits(const float* z, int64_t size, const ThcParams& p,
+                            const Intervals& table, uint32_t key, int64_t first,
+                            uint16_t* digits) {
   const float t = static_cast<float>(p.clamp);
-  const float inv =
-      static_cast<float>(static_cast<double>(p.levels - 1) / (2.0 * static_cast<double>(t)));
-  quantize_block(z, size, t, inv, static_cast<float>(p.levels - 1), key,
-                 static_cast<uint32_t>(first), codes);
+  const int64_t g = thc_grid(p);
+  const float inv = static_cast<float>(static_cast<double>(g) / (2.0 * static_cast<double>(t)));
+  if (table.uniform())
+    quantize_block(z, size, t, inv, static_cast<float>(g), key, static_cast<uint32_t>(first),
+                   digits);
+  else
+    quantize_block_table(z, size, t, inv, static_cast<float>(g), table, key,
+                         static_cast<uint32_t>(first), digits);
 }
 
 int thc_quantize(const float* z, int64_t d, const ThcParams& p, int64_t num_workers,
@@ -476,12 +544,12 @@ int thc_quantize(const float* z, int64_t d, const ThcParams& p, int64_t num_work
       !step_valid(step))
     return kBadParam;
   if (!all_finite(z, d)) return kNonFinite;  // a NaN has no code (nor a defined floor)
-  std::vector<uint16_t> codes(static_cast<size_t>(d));
+  std::vector<uint16_t> digits(static_cast<size_t>(d));
   const uint64_t key =
       thc_stream(p.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(rank) + 1);
-  quantize_codes(z, d, p, dither_key(key), 0, codes.data());
-  const int64_t base = thc_sum_base(p.levels, num_workers);
-  pack_any(codes.data(), d, digits_per_word(base, kMantissaF32), static_cast<int32_t>(base),
+  quantize_digits(z, d, p, Intervals(p), dither_key(key), 0, digits.data());
+  const int64_t base = thc_sum_base(p, num_workers);
+  pack_any(digits.data(), d, digits_per_word(base, kMantissaF32), static_cast<int32_t>(base),
            words);
   return kOk;
 }
@@ -491,7 +559,7 @@ int thc_quantize(const float* z, int64_t d, const ThcParams& p, int64_t num_work
 static int check_words(const float* words, int64_t num_words, int64_t d, const ThcParams& p,
                        int64_t num_workers, Unpacker* unpacker) {
   if (d < 0 || !thc_params_valid(p, num_workers)) return kBadParam;
-  const int64_t base = thc_sum_base(p.levels, num_workers);
+  const int64_t base = thc_sum_base(p, num_workers);
   const int digits = digits_per_word(base, kMantissaF32);
   if (num_words != ceil_div(d, digits)) return kBadParam;
   int64_t limit = 1;
@@ -538,7 +606,8 @@ int thc_encode(const float* grad, float* residual, int64_t n, const float* norms
   const uint32_t dither = dither_key(
       thc_stream(p.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(rank) + 1));
   const Levels own(p, 1);
-  std::vector<uint16_t> codes(static_cast<size_t>(layout.d));
+  const Intervals intervals(p);
+  std::vector<uint16_t> digits(static_cast<size_t>(layout.d));
   std::vector<float> buf, table;
   int64_t table_size = 0, offset = 0;
   for (int64_t size : layout.sizes) {
@@ -550,11 +619,11 @@ int thc_encode(const float* grad, float* residual, int64_t n, const float* norms
     apply_signs(buf.data(), size, sign_key, offset);
     thc_fwht(buf.data(), size);
     // quantise
-    uint16_t* c = codes.data() + offset;
-    quantize_codes(buf.data(), size, p, dither, offset, c);
+    uint16_t* c = digits.data() + offset;
+    quantize_digits(buf.data(), size, p, intervals, dither, offset, c);
     // this worker's own decoding: level * r, transform, signs; residual = acc - that
     if (table_size != size) {
-      table = scaled_levels(own, p.levels, sc.r);
+      table = scaled_levels(own, thc_grid(p) + 1, sc.r);
       table_size = size;
     }
     for (int64_t i = 0; i < size; ++i) buf[i] = table[c[i]];
@@ -562,8 +631,8 @@ int thc_encode(const float* grad, float* residual, int64_t n, const float* norms
     finish_residual(grad + offset, residual + offset, buf.data(), m_here);
     offset += size;
   }
-  const int64_t base = thc_sum_base(p.levels, num_workers);
-  pack_any(codes.data(), layout.d, digits_per_word(base, kMantissaF32),
+  const int64_t base = thc_sum_base(p, num_workers);
+  pack_any(digits.data(), layout.d, digits_per_word(base, kMantissaF32),
            static_cast<int32_t>(base), words);
   return kOk;
 }
@@ -586,7 +655,7 @@ int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float
   }
   const uint64_t sign_key = thc_stream(p.seed, static_cast<uint64_t>(step), 0);
   const Levels levels(p, num_workers);
-  const int64_t base = thc_sum_base(p.levels, num_workers);
+  const int64_t base = thc_sum_base(p, num_workers);
   std::vector<float> buf, table;
   int64_t table_size = 0, offset = 0;
   for (int64_t size : layout.sizes) {

@@ -40,6 +40,13 @@ int main(int argc, char** argv) {
   kvx::thc_norm(grad.data(), residual.data(), n, &thc_norm);
   const float thc_norms[4] = {thc_norm, thc_norm, thc_norm, thc_norm};
   kvx::thc_encode(grad.data(), residual.data(), n, thc_norms, 4, 0, 0, thc, thc_words.data());
+  // THC's non-uniform table (a lookup a value; base 121 at 4 workers: 3 digits a word)
+  kvx::ThcParams thc_table = thc;
+  thc_table.table = kvx::kThcTableThc;
+  thc_table.clamp = 2.1539;
+  std::vector<float> table_words(kvx::thc_sum_words(n, thc_table, 4));
+  kvx::thc_encode(grad.data(), residual.data(), n, thc_norms, 4, 0, 0, thc_table,
+                  table_words.data());
 
   struct Case { const char* name; int64_t elements; std::function<void()> run; };
   const std::vector<Case> cases = {
@@ -71,6 +78,12 @@ int main(int argc, char** argv) {
     {"thc_decode_sum q=16 4 workers", n, [&] {
        kvx::thc_decode_sum(thc_words.data(), thc_words.size(), n, thc_norms, 4, 1, thc,
                            out.data()); }},
+    {"thc_encode thc table 4 workers", n, [&] {
+       kvx::thc_encode(grad.data(), residual.data(), n, thc_norms, 4, 0, 1, thc_table,
+                       table_words.data()); }},
+    {"thc_decode_sum thc table 4 w.", n, [&] {
+       kvx::thc_decode_sum(table_words.data(), table_words.size(), n, thc_norms, 4, 0,
+                           thc_table, out.data()); }},
   };
   std::vector<double> best(cases.size(), 1e300);
   for (int r = 0; r < rounds; ++r) {

@@ -50,13 +50,19 @@ double norm2(const Floats& a) {
 }
 
 ThcParams params(int64_t levels = 16, double clamp = 2.5, uint64_t seed = 7,
-                 int64_t block = 1024) {
+                 int64_t block = 1024, int64_t table = kvx::kThcTableUniform) {
   ThcParams p;
   p.levels = levels;
   p.clamp = clamp;
   p.seed = seed;
   p.block = block;
+  p.table = table;
   return p;
+}
+
+// THC's non-uniform table at its clamp.
+ThcParams thc_table(double clamp = 2.1539, uint64_t seed = 7, int64_t block = 1024) {
+  return params(16, clamp, seed, block, kvx::kThcTableThc);
 }
 
 // The norm round: every worker's norm in its slot, summed (slots are disjoint: exact).
@@ -109,7 +115,7 @@ void test_layout() {
     CHECK_EQ(kvx::thc_padded_size(n, block), d);
   }
   // words: q = 16 and 4 workers: base 61, 4 digits a word (61^4 < 2^24 < 61^5)
-  CHECK_EQ(kvx::thc_sum_base(16, 4), 61);
+  CHECK_EQ(kvx::thc_sum_base(params(16), 4), 61);
   CHECK_EQ(kvx::thc_sum_words(40000, params(16, 2.5, 0, 65536), 4), 10000);
   CHECK_EQ(kvx::thc_sum_words(40000, params(16, 2.5, 0, 65536), 2), 10000);   // base 31: 4
   CHECK_EQ(kvx::thc_sum_words(40000, params(16, 2.5, 0, 65536), 8), 13334);   // base 121: 3
@@ -200,13 +206,14 @@ void test_rotate() {
 
 // ---- quantisation and packing ----------------------------------------------------------
 
-// code of each element of one worker's words (summed = 1): (value + T) / delta.
+// digit of each element of one worker's words (summed = 1): (value + T) / delta,
+// delta = 2T / g (the uniform table: the level index).
 std::vector<int64_t> codes_of(const Floats& words, int64_t d, const ThcParams& p,
                               int64_t num_workers) {
   Floats values(static_cast<size_t>(d));
   CHECK_EQ(kvx::thc_dequantize(words.data(), static_cast<int64_t>(words.size()), d, p,
                                num_workers, 1, values.data()), kvx::kOk);
-  const double t = static_cast<float>(p.clamp), delta = 2.0 * t / (p.levels - 1);
+  const double t = static_cast<float>(p.clamp), delta = 2.0 * t / kvx::thc_grid(p);
   std::vector<int64_t> codes(values.size());
   for (size_t i = 0; i < values.size(); ++i)
     codes[i] = std::llround((static_cast<double>(values[i]) + t) / delta);
@@ -222,7 +229,7 @@ void test_quantize_levels() {
   for (int k = 0; k < 16; ++k) z.push_back(static_cast<float>(-2.5 + k * delta));
   const int64_t d = static_cast<int64_t>(z.size());
   for (int64_t step = 0; step < 20; ++step) {
-    Floats words(static_cast<size_t>(kvx::thc_packed_words(d, 16, 3)));
+    Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, 3)));
     CHECK_EQ(kvx::thc_quantize(z.data(), d, p, 3, 1, step, words.data()), kvx::kOk);
     const auto codes = codes_of(words, d, p, 3);
     CHECK(codes[0] == 0 && codes[1] == 15 && codes[2] == 0 && codes[3] == 15);
@@ -235,7 +242,7 @@ void test_quantize_levels() {
     for (auto c : codes) CHECK(c >= 0 && c < 16);
   }
   // q = 2: one bit, levels -T and +T
-  Floats two(static_cast<size_t>(kvx::thc_packed_words(d, 2, 1)));
+  Floats two(static_cast<size_t>(kvx::thc_packed_words(d, params(2), 1)));
   CHECK_EQ(kvx::thc_quantize(z.data(), d, params(2), 1, 0, 0, two.data()), kvx::kOk);
   for (auto c : codes_of(two, d, params(2), 1)) CHECK(c == 0 || c == 1);
 }
@@ -252,7 +259,7 @@ void test_quantize_unbiased() {
   for (auto& v : z) v = std::uniform_real_distribution<float>(-2.4f, 2.4f)(rng);
   const int trials = 4000;
   std::vector<double> sum(static_cast<size_t>(d), 0.0);
-  Floats words(static_cast<size_t>(kvx::thc_packed_words(d, 16, 1)));
+  Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, 1)));
   Floats values(static_cast<size_t>(d));
   for (int s = 0; s < trials; ++s) {
     kvx::thc_quantize(z.data(), d, p, 1, 0, s, words.data());
@@ -278,11 +285,12 @@ void test_sum_exact() {
   g_test = "sum exact";
   std::mt19937 rng(9);
   for (int64_t workers : {1, 2, 3, 4, 8, 16, 100}) {
-    for (int64_t levels : {2, 4, 16, 256}) {
-      const ThcParams p = params(levels, 2.5);
+    for (int64_t levels : {2, 4, 16, 256, 0}) {                        // 0: the thc table
+      const ThcParams p = levels > 0 ? params(levels, 2.5) : thc_table(2.5);
+      const int64_t g = kvx::thc_grid(p);
       if (!kvx::thc_params_valid(p, workers)) continue;
       const int64_t d = 1000 + static_cast<int64_t>(rng() % 100);
-      const int64_t nw = kvx::thc_packed_words(d, levels, workers);
+      const int64_t nw = kvx::thc_packed_words(d, p, workers);
       std::vector<Floats> words(static_cast<size_t>(workers), Floats(static_cast<size_t>(nw)));
       std::vector<int64_t> code_sum(static_cast<size_t>(d), 0);
       for (int64_t w = 0; w < workers; ++w) {
@@ -309,18 +317,18 @@ void test_sum_exact() {
         Floats values(static_cast<size_t>(d));
         CHECK_EQ(kvx::thc_dequantize(total.data(), nw, d, p, workers, workers, values.data()),
                  kvx::kOk);
-        const double t = 2.5, delta = 2.0 * t / (levels - 1);
+        const double t = 2.5, delta = 2.0 * t / g;
         bool same = true;
         for (int64_t i = 0; i < d; ++i)
           same = same && values[i] == static_cast<float>(code_sum[i] * delta - workers * t);
         CHECK(same);
-        CHECK(code_sum[0] == workers * (levels - 1) && code_sum[50] == 0);
+        CHECK(code_sum[0] == workers * g && code_sum[50] == 0);
       }
     }
   }
   // the most workers: base 15 * 2^20 + 1 <= 2^24 for q = 16 (one digit a word), not q = 17
   CHECK(kvx::thc_params_valid(params(16), kvx::kThcMaxWorkers));
-  CHECK_EQ(kvx::thc_packed_words(5, 16, kvx::kThcMaxWorkers), 5);
+  CHECK_EQ(kvx::thc_packed_words(5, params(16), kvx::kThcMaxWorkers), 5);
   CHECK(!kvx::thc_params_valid(params(17), kvx::kThcMaxWorkers));
   CHECK(!kvx::thc_params_valid(params(16), kvx::kThcMaxWorkers + 1));
 }
@@ -534,6 +542,293 @@ void test_malformed() {
   CHECK_EQ(decode(w, nw, job.norms, 0, job.p), kvx::kOk);
 }
 
+// ---- THC's non-uniform table -----------------------------------------------------------
+
+bool is_table_entry(int64_t digit) {
+  for (int64_t v : kvx::kThcTableThcValues)
+    if (v == digit) return true;
+  return false;
+}
+
+void test_table_layout() {
+  g_test = "table layout";
+  const ThcParams p = thc_table();
+  CHECK_EQ(kvx::thc_grid(p), 30);
+  CHECK_EQ(kvx::thc_grid(params(16)), 15);
+  CHECK_EQ(kvx::thc_table_value(p, 0), 0);
+  CHECK_EQ(kvx::thc_table_value(p, 7), 14);
+  CHECK_EQ(kvx::thc_table_value(p, 15), 30);
+  CHECK_EQ(kvx::thc_table_value(p, 16), -1);
+  CHECK_EQ(kvx::thc_table_value(params(16), 7), 7);
+  // the table: sorted, 0 to g, symmetric (t[k] + t[15 - k] = g: the levels are +-)
+  for (int k = 0; k < 16; ++k) {
+    if (k > 0) CHECK(kvx::kThcTableThcValues[k] > kvx::kThcTableThcValues[k - 1]);
+    CHECK_EQ(kvx::kThcTableThcValues[k] + kvx::kThcTableThcValues[15 - k], 30);
+  }
+  // base n g + 1, sized by g = 30 and not by q: 1 and 2 workers 31 and 61 (4 digits a
+  // word), 4 workers 121 (3), 8 workers 241 (3), 16 workers 481 (2)
+  CHECK_EQ(kvx::thc_sum_base(p, 1), 31);
+  CHECK_EQ(kvx::thc_sum_base(p, 4), 121);
+  CHECK_EQ(kvx::thc_sum_words(40000, thc_table(2.1539, 0, 65536), 1), 10000);
+  CHECK_EQ(kvx::thc_sum_words(40000, thc_table(2.1539, 0, 65536), 2), 10000);
+  CHECK_EQ(kvx::thc_sum_words(40000, thc_table(2.1539, 0, 65536), 4), 13334);
+  CHECK_EQ(kvx::thc_sum_words(40000, thc_table(2.1539, 0, 65536), 8), 13334);
+  CHECK_EQ(kvx::thc_sum_words(40000, thc_table(2.1539, 0, 65536), 16), 20000);
+  // the most workers: 30 n + 1 <= 2^24
+  CHECK(kvx::thc_params_valid(p, 559240));
+  CHECK(!kvx::thc_params_valid(p, 559241));
+  CHECK(!kvx::thc_params_valid(p, kvx::kThcMaxWorkers));
+  // invalid tables: levels other than 16 for the thc table, unknown ids
+  for (const ThcParams& bad : {params(15, 2.5, 7, 1024, kvx::kThcTableThc),
+                               params(17, 2.5, 7, 1024, kvx::kThcTableThc),
+                               params(2, 2.5, 7, 1024, kvx::kThcTableThc),
+                               params(16, 2.5, 7, 1024, kvx::kThcTableCount),
+                               params(16, 2.5, 7, 1024, -1)}) {
+    CHECK(!kvx::thc_params_valid(bad, 2));
+    CHECK_EQ(kvx::thc_grid(bad), 0);
+    CHECK_EQ(kvx::thc_sum_base(bad, 2), 0);
+    CHECK_EQ(kvx::thc_sum_words(1000, bad, 2), 0);
+    CHECK_EQ(kvx::thc_packed_words(1000, bad, 2), 0);
+    CHECK_EQ(kvx::thc_table_value(bad, 0), -1);
+  }
+}
+
+void test_table_quantize() {
+  g_test = "table quantize";
+  const ThcParams p = thc_table();
+  const double t = static_cast<float>(p.clamp), delta = 2.0 * t / 30.0;
+  // on an entry: that entry (up to float32 rounding of the input, < 1e-6 either way);
+  // beyond T: the end entries; between two entries: one of them, never another
+  Floats z = {-100.0f, 100.0f, static_cast<float>(-t), static_cast<float>(t), 0.0f};
+  for (int64_t v : kvx::kThcTableThcValues) z.push_back(static_cast<float>(v * delta - t));
+  std::mt19937 rng(4);
+  Floats between;
+  for (int i = 0; i < 200; ++i)
+    between.push_back(std::uniform_real_distribution<float>(-2.15f, 2.15f)(rng));
+  z.insert(z.end(), between.begin(), between.end());
+  const int64_t d = static_cast<int64_t>(z.size());
+  for (int64_t workers : {1, 2, 4}) {
+    for (int64_t step = 0; step < 20; ++step) {
+      Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, workers)));
+      CHECK_EQ(kvx::thc_quantize(z.data(), d, p, workers, workers - 1, step, words.data()),
+               kvx::kOk);
+      const auto digits = codes_of(words, d, p, workers);
+      CHECK(digits[0] == 0 && digits[1] == 30 && digits[2] == 0 && digits[3] == 30);
+      CHECK(digits[4] == 14 || digits[4] == 16);            // 0 (grid 15) lies between them
+      bool entries = true, neighbours = true;
+      for (auto v : digits) entries = entries && is_table_entry(v);
+      for (int k = 0; k < 16; ++k) {
+        const int64_t want = kvx::kThcTableThcValues[k];
+        neighbours = neighbours && (digits[5 + k] == want ||
+                                    (k > 0 && digits[5 + k] == kvx::kThcTableThcValues[k - 1]) ||
+                                    (k < 15 && digits[5 + k] == kvx::kThcTableThcValues[k + 1]));
+      }
+      for (size_t i = 0; i < between.size(); ++i) {
+        const double grid = (between[i] + t) / delta;     // in [0, 30]
+        int k = 0;
+        while (k < 14 && kvx::kThcTableThcValues[k + 1] <= grid) ++k;
+        const int64_t v = digits[21 + i];
+        neighbours = neighbours && (v == kvx::kThcTableThcValues[k] ||
+                                    v == kvx::kThcTableThcValues[k + 1]);
+      }
+      CHECK(entries);
+      CHECK(neighbours);
+    }
+  }
+  // exactly on an entry (a float32 p that is an integer): deterministic
+  const ThcParams exact = thc_table(15.0);                  // p = z + 15, delta = 1
+  Floats on = {-15.0f, -12.0f, -1.0f, 0.0f, 1.0f, 2.0f, 15.0f};
+  Floats words(static_cast<size_t>(kvx::thc_packed_words(7, exact, 1)));
+  for (int64_t step = 0; step < 10; ++step) {
+    CHECK_EQ(kvx::thc_quantize(on.data(), 7, exact, 1, 0, step, words.data()), kvx::kOk);
+    const auto digits = codes_of(words, 7, exact, 1);
+    CHECK(digits[0] == 0 && digits[1] == 3 && digits[2] == 14 && digits[4] == 16 &&
+          digits[5] == 17 && digits[6] == 30);
+    CHECK(digits[3] == 14 || digits[3] == 16);               // 15: halfway, either
+  }
+}
+
+// E[value(digit)] = clamp(z) for the thc table: the mean over many steps is within a
+// bound that rounding to the nearest entry misses.
+void test_table_unbiased() {
+  g_test = "table unbiased";
+  const ThcParams p = thc_table();
+  const double t = static_cast<float>(p.clamp), delta = 2.0 * t / 30.0;
+  const int64_t d = 64;
+  Floats z(static_cast<size_t>(d));
+  std::mt19937 rng(6);
+  for (auto& v : z) v = std::uniform_real_distribution<float>(-2.1f, 2.1f)(rng);
+  const int trials = 4000;
+  std::vector<double> sum(static_cast<size_t>(d), 0.0);
+  Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, 1)));
+  Floats values(static_cast<size_t>(d));
+  for (int s = 0; s < trials; ++s) {
+    kvx::thc_quantize(z.data(), d, p, 1, 0, s, words.data());
+    kvx::thc_dequantize(words.data(), static_cast<int64_t>(words.size()), d, p, 1, 1,
+                        values.data());
+    for (int64_t i = 0; i < d; ++i) sum[i] += values[i];
+  }
+  double worst = 0.0, worst_nearest = 0.0;
+  for (int64_t i = 0; i < d; ++i) {
+    // the interval around z: rounding between its ends has variance <= width^2 / 4
+    const double grid = (z[i] + t) / delta;
+    int k = 0;
+    while (k < 14 && kvx::kThcTableThcValues[k + 1] <= grid) ++k;
+    const double lo = kvx::kThcTableThcValues[k], hi = kvx::kThcTableThcValues[k + 1];
+    const double sigma = (hi - lo) * delta / (2.0 * std::sqrt(static_cast<double>(trials)));
+    worst = std::max(worst, std::fabs(sum[i] / trials - z[i]) / sigma);
+    const double nearest = (grid - lo < hi - grid ? lo : hi) * delta - t;
+    worst_nearest = std::max(worst_nearest, std::fabs(nearest - z[i]) / sigma);
+  }
+  CHECK(worst < 5.0);
+  CHECK(worst_nearest > 5.0);
+}
+
+// Steps of 1, 2 and 4 workers with the thc table: error feedback accounts for every
+// worker's loss, and the decoded sum is close.
+void test_table_encode_decode() {
+  g_test = "table encode/decode";
+  for (int64_t workers : {1, 2, 4}) {
+    for (int64_t n : {1, 300, 5000, 70000}) {
+      Job job(n, workers, thc_table(2.1539, 5, 4096));
+      std::vector<Floats> accs = job.grads;                       // residuals are 0
+      CHECK_EQ(job.step(0), kvx::kOk);
+      double err = 0.0, scale = 0.0, rel = 0.0, exact_norm = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        double own = 0.0, exact = 0.0;
+        for (int64_t w = 0; w < workers; ++w) {
+          own += static_cast<double>(accs[w][i]) - job.residuals[w][i];
+          exact += accs[w][i];
+        }
+        err = std::max(err, std::fabs(own - job.out[i]));
+        scale = std::max(scale, std::fabs(exact));
+        rel += (job.out[i] - exact) * (job.out[i] - exact);
+        exact_norm += exact * exact;
+      }
+      CHECK(err <= 1e-5 * scale + 1e-12);
+      if (n >= 300) CHECK(std::sqrt(rel / exact_norm) < 0.25);
+      CHECK(all_finite(job.out));
+    }
+  }
+  // the same gradients through both tables: other words, both close
+  Job uniform(5000, 2, params()), table(5000, 2, thc_table());
+  CHECK_EQ(uniform.step(3), kvx::kOk);
+  CHECK_EQ(table.step(3), kvx::kOk);
+  CHECK(uniform.out != table.out);
+  // an invalid table: nothing encoded, the residual untouched
+  Job bad(1000, 2, params(15, 2.5, 7, 1024, kvx::kThcTableThc));
+  const std::vector<Floats> before = bad.residuals;
+  CHECK_EQ(bad.step(0), kvx::kBadParam);
+  CHECK(bad.residuals == before);
+}
+
+// Malformed sums with the thc table: base 61 for 2 workers, words below 61^4.
+void test_table_malformed() {
+  g_test = "table malformed";
+  const ThcParams p = thc_table();
+  Job job(2000, 2, p);
+  CHECK_EQ(job.step(0), kvx::kOk);
+  const int64_t n = 2000, nw = kvx::thc_sum_words(n, p, 2);
+  Floats total(static_cast<size_t>(nw), 0.0f);
+  for (const auto& w : job.words)
+    for (int64_t j = 0; j < nw; ++j) total[j] += w[j];
+  auto decode = [&](const Floats& words, const ThcParams& q) {
+    Floats out(static_cast<size_t>(n), 7.0f);
+    const int st = kvx::thc_decode_sum(words.data(), nw, n, job.norms.data(), 2, 0, q,
+                                       out.data());
+    CHECK(st == kvx::kOk || all_zero(out));
+    return st;
+  };
+  CHECK_EQ(decode(total, p), kvx::kOk);
+  const float limit = 61.0f * 61.0f * 61.0f * 61.0f;
+  for (float bad : {limit, limit + 1.0f, 1e7f * 2.0f, -1.0f, 2.5f, kNaN}) {
+    Floats w = total;
+    w[nw / 3] = bad;
+    CHECK_EQ(decode(w, p), kvx::kBadWord);
+  }
+  Floats w = total;
+  w[0] = limit - 1.0f;                                 // every digit 60 = 2 g: valid
+  CHECK_EQ(decode(w, p), kvx::kOk);
+  // the same words under an invalid table: rejected before they are read
+  CHECK_EQ(decode(total, params(15, 2.1539, 7, 1024, kvx::kThcTableThc)), kvx::kBadParam);
+  CHECK_EQ(decode(total, params(16, 2.1539, 7, 1024, 2)), kvx::kBadParam);
+  Floats values(static_cast<size_t>(kvx::thc_padded_size(n, p.block)), 7.0f);
+  CHECK_EQ(kvx::thc_dequantize(total.data(), nw, static_cast<int64_t>(values.size()),
+                               params(16, 2.1539, 7, 1024, 5), 2, 2, values.data()),
+           kvx::kBadParam);
+  CHECK(all_zero(values));
+}
+
+// ---- the uniform table, unchanged ------------------------------------------------------
+
+// FNV-1a over the bits of floats: a fingerprint of a run's outputs.
+uint64_t fingerprint(uint64_t h, const Floats& a) {
+  for (float v : a) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    for (int k = 0; k < 4; ++k) h = (h ^ ((bits >> (8 * k)) & 255u)) * 0x100000001B3ull;
+  }
+  return h;
+}
+
+// About N(0, 1) from integers only (the sum of four 24-bit uniforms of a 32-bit LCG,
+// centred), so the inputs are the same on every platform and standard library.
+Floats portable_gaussian(size_t n, uint32_t seed, float scale) {
+  Floats x(n);
+  uint32_t s = seed;
+  for (auto& v : x) {
+    int64_t sum = 0;
+    for (int k = 0; k < 4; ++k) {
+      s = s * 1664525u + 1013904223u;
+      sum += s >> 8;
+    }
+    v = scale * static_cast<float>(static_cast<double>(sum - (int64_t{2} << 24)) * 0x1p-23);
+  }
+  return x;
+}
+
+// The uniform table's words, residuals and decoded sums are those of the kernels before
+// the table was generalised (commit 37ceba7): the fingerprint of two steps of 1, 3 and 4
+// workers, 16 and 5 levels, over 70000 elements (blocks of 4096 and a padded tail).
+uint64_t uniform_fingerprint() {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (int64_t workers : {1, 3, 4}) {
+    for (int64_t levels : {16, 5}) {
+      const int64_t n = 70000;
+      const ThcParams p = params(levels, 2.5, 11, 4096);
+      std::vector<Floats> grads, residuals;
+      for (int64_t w = 0; w < workers; ++w) {
+        grads.push_back(portable_gaussian(static_cast<size_t>(n),
+                                          static_cast<uint32_t>(17 * w + levels), 0.01f));
+        residuals.emplace_back(static_cast<size_t>(n), 0.0f);
+      }
+      for (int64_t step : {0, 7}) {
+        const Floats norms = norm_round(grads, residuals);
+        const int64_t nw = kvx::thc_sum_words(n, p, workers);
+        Floats total(static_cast<size_t>(nw), 0.0f), words(static_cast<size_t>(nw));
+        for (int64_t w = 0; w < workers; ++w) {
+          CHECK_EQ(kvx::thc_encode(grads[w].data(), residuals[w].data(), n, norms.data(),
+                                   workers, w, step, p, words.data()), kvx::kOk);
+          for (int64_t j = 0; j < nw; ++j) total[j] += words[j];
+          h = fingerprint(h, words);
+          h = fingerprint(h, residuals[w]);
+        }
+        Floats out(static_cast<size_t>(n));
+        CHECK_EQ(kvx::thc_decode_sum(total.data(), nw, n, norms.data(), workers, step, p,
+                                     out.data()), kvx::kOk);
+        h = fingerprint(h, out);
+      }
+    }
+  }
+  return h;
+}
+
+void test_uniform_unchanged() {
+  g_test = "uniform unchanged";
+  const uint64_t h = uniform_fingerprint();
+  CHECK(h == 0xC4D10E64E828AAAAull);   // printed by commit 37ceba7's kernels
+}
+
 // ---- fuzzing the decoders a worker runs on the server's sum --------------------------
 
 float any_word(std::mt19937_64& rng, float limit) {
@@ -560,6 +855,9 @@ void fuzz_decoders(uint64_t cases, uint64_t seed) {
     ThcParams p = params(2 + static_cast<int64_t>(rng() % 40), 0.5 + (rng() % 40) / 8.0,
                          rng() % 100, int64_t{256} << (rng() % 6));
     if (rng() % 10 == 0) p.levels = static_cast<int64_t>(rng() % 4);       // maybe invalid
+    if (rng() % 3 == 0) p.table = kvx::kThcTableThc;                      // levels 16 or invalid
+    if (rng() % 3 == 0 && p.table == kvx::kThcTableThc) p.levels = 16;
+    if (rng() % 20 == 0) p.table = static_cast<int64_t>(rng() % 5) - 1;   // maybe invalid
     if (rng() % 20 == 0) p.block = static_cast<int64_t>(rng() % 5000);     // maybe invalid
     if (rng() % 20 == 0) p.clamp = any_word(rng, 10.0f);
     const int64_t expected = kvx::thc_sum_words(n, p, workers);
@@ -602,6 +900,12 @@ int main(int argc, char** argv) {
   test_large();
   test_errors();
   test_malformed();
+  test_table_layout();
+  test_table_quantize();
+  test_table_unbiased();
+  test_table_encode_decode();
+  test_table_malformed();
+  test_uniform_unchanged();
   fuzz_decoders(cases, seed);
   std::printf("test_thc: %d checks, %d failed (fuzz: %llu cases, seed %llu)\n", g_checks,
               g_failures, static_cast<unsigned long long>(cases),

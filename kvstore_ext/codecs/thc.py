@@ -16,10 +16,12 @@ python/kvx_ref/thc.py):
    array (``kvx_thc_norm``; a NaN/Inf raises here, before anything is sent);
 2. ``Sum('norm')``: every worker's norm, so all take the same ``M = max``;
 3. ``kvx_thc_encode``: rotate, scale by ``sqrt(d) / M``, clamp to ``+-T``, round
-   stochastically to ``q`` levels (unbiased), pack as base ``n (q - 1) + 1`` digits in
-   float32 words (exact sums: every partial sum stays below 2**24); the residual keeps
-   ``x`` minus the decoding of this worker's own codes (what the clamp and the rounding
-   lost);
+   stochastically between the two entries of the table around each coordinate
+   (unbiased; the uniform table's ``q`` levels, or THC's 16 entries on a grid of 30),
+   pack the entries' values as base ``n g + 1`` digits in float32 words (``g`` the
+   table's grid, ``q - 1`` for the uniform table; exact sums: every partial sum stays
+   below 2**24); the residual keeps ``x`` minus the decoding of this worker's own digits
+   (what the clamp and the rounding lost);
 4. ``Sum('payload')``: the stock server adds the words;
 5. ``kvx_thc_decode_sum``: unpack the summed codes, undo scale and rotation.
 
@@ -37,6 +39,9 @@ from ..wire import digits_per_float32
 
 MIN_BLOCK = 256            # cpp/codecs/thc.h kThcMinBlock
 MAX_STEP = 1 << 24         # the step count travels as an exact float32
+# Quantisation tables: name -> the ops' `table` id (cpp/codecs/thc.h).
+TABLE_IDS = {'uniform': 0, 'thc': 1}
+THC_TABLE_LEVELS, THC_TABLE_GRID = 16, 30     # THC's table: 16 entries on a grid of 30
 
 
 def blocks(n, block):
@@ -56,40 +61,59 @@ def blocks(n, block):
     return sizes
 
 
-def sum_words(n, block, levels, num_workers):
+def grid(levels, table='uniform'):
+    """g, the largest digit a worker sends: q - 1 for the uniform table, 30 for THC's
+    (its entries' values, not their indices, are what the server adds)."""
+    check_table(levels, table)
+    return levels - 1 if table == 'uniform' else THC_TABLE_GRID
+
+
+def check_table(levels, table):
+    if table not in TABLE_IDS:
+        raise ValueError('table must be one of %s, got %r'
+                         % (', '.join(map(repr, TABLE_IDS)), table))
+    if table == 'thc' and levels != THC_TABLE_LEVELS:
+        raise ValueError("table='thc' has %d entries: levels must be %d, got %r"
+                         % (THC_TABLE_LEVELS, THC_TABLE_LEVELS, levels))
+
+
+def sum_words(n, block, levels, num_workers, table='uniform'):
     """float32 words of one worker's payload (and of the sum) for n elements."""
-    digits = digits_per_float32(num_workers * (levels - 1) + 1)
+    g = grid(levels, table)
+    digits = digits_per_float32(num_workers * g + 1)
     if digits < 1:
-        raise ValueError('THC with %d levels cannot pack the sum of %d workers into float32 '
-                         '(needs %d * (levels - 1) + 1 <= 2**24)'
-                         % (levels, num_workers, num_workers))
+        raise ValueError('THC with the %s table of %d levels cannot pack the sum of %d '
+                         'workers into float32 (needs %d * %d + 1 <= 2**24)'
+                         % (table, levels, num_workers, num_workers, g))
     return -(-sum(blocks(n, block)) // digits)
 
 
 class ThcCodec(Codec):
     name = 'thc'
 
-    def __init__(self, shape, levels=16, clamp=2.5, seed=0, block=65536):
+    def __init__(self, shape, levels=16, clamp=2.5, seed=0, block=65536, table='uniform'):
         super().__init__(shape)
         if not 2 <= int(levels) <= 1 << 16:
             raise ValueError('levels must be in [2, 65536], got %r' % (levels,))
+        check_table(int(levels), table)
         if not (math.isfinite(clamp) and 0 < clamp <= 1e4):
             raise ValueError('clamp must be in (0, 1e4], got %r' % (clamp,))
         if not (block >= MIN_BLOCK and block & (block - 1) == 0 and block <= 1 << 24):
             raise ValueError('block must be a power of two in [256, 2**24], got %r' % (block,))
         self.levels, self.clamp = int(levels), float(clamp)
-        self.seed, self.block = int(seed), int(block)
+        self.seed, self.block, self.table = int(seed), int(block), table
 
     def chunk(self, start, stop):
         """Each chunk has its own norm round, blocks and M."""
-        return type(self)((stop - start,), self.levels, self.clamp, self.seed, self.block)
+        return type(self)((stop - start,), self.levels, self.clamp, self.seed, self.block,
+                          self.table)
 
     def state_shapes(self):
         return {'step': (1,)}
 
     def _attrs(self, step):
         return dict(levels=self.levels, clamp=self.clamp, seed=self.seed, block=self.block,
-                    step=step)
+                    step=step, table=TABLE_IDS[self.table])
 
     def step(self, grad, state, num_workers, rank):
         residual = state.residual
@@ -102,7 +126,8 @@ class ThcCodec(Codec):
             return void_sum(self.shape)
         counter = state.get('step')
         step = int(counter.asscalar()) if counter is not None else 0
-        # 3. rotate, scale, clamp, round, pack; the residual keeps what this worker lost
+        # 3. rotate, scale, clamp, round to the table, pack; the residual keeps what this
+        #    worker lost
         words, status = op('kvx_thc_encode')(grad, residual, norms, rank=rank,
                                              **self._attrs(step))
         check_encoded(status)
@@ -118,12 +143,14 @@ class ThcCodec(Codec):
         return out
 
     def sum_words(self, num_workers):
-        return sum_words(self.size, self.block, self.levels, num_workers)
+        return sum_words(self.size, self.block, self.levels, num_workers, self.table)
 
     def wire_words(self, num_workers):
         words = self.sum_words(num_workers)
         return [('norm', 'sum', num_workers, num_workers), ('payload', 'sum', words, words)]
 
     def describe(self):
-        return 'thc, %d levels, clamp %g, Hadamard blocks of <= %d' % (self.levels, self.clamp,
-                                                                      self.block)
+        levels = ('%d uniform levels' % self.levels if self.table == 'uniform' else
+                  "%d levels of THC's non-uniform table (grid %d)" % (self.levels,
+                                                                     THC_TABLE_GRID))
+        return 'thc, %s, clamp %g, Hadamard blocks of <= %d' % (levels, self.clamp, self.block)

@@ -16,23 +16,34 @@ its devices:
    count, the same on every worker; power-of-two blocks of at most ``block`` elements,
    padding below 256 elements), scaled by ``sqrt(d) / M``; clamped to ``+-clamp`` (T);
    what the clamp removes stays in the residual.
-5. **Quantisation.** Stochastic rounding to ``levels`` (q) uniform levels on [-T, T]
-   (unbiased), each worker with its own dither stream (``seed``, step, rank); the level
-   indices are packed as base ``n (q - 1) + 1`` digits into float32 words, which the
-   stock server adds exactly (every partial sum below 2**24).
+5. **Quantisation.** Stochastic rounding between the two entries of a table around each
+   coordinate (unbiased), each worker with its own dither stream (``seed``, step, rank).
+   ``table='uniform'``: ``levels`` (q) uniform levels on [-T, T]; ``table='thc'``: THC's
+   non-uniform table, 16 entries on a grid of 30 integers, denser near 0 (its authors'
+   code). What a worker sends is the entry's grid integer (0 to g, g = q - 1 uniform,
+   30 for THC's table), since those add; they are packed as base ``n g + 1`` digits
+   into float32 words, which the stock server adds exactly (every partial sum below
+   2**24).
 6. **Decoding.** Workers pull the summed words, unpack the summed levels and undo scale
    and rotation. The residual becomes ``x`` minus the decoding of the worker's own
    codes: what its contribution lost to the clamp and the rounding.
 
 Bytes (both directions): 32 / D bits an element, D = the digits a float32 word holds
-(q = 16: 8 bits for 2 to 4 workers, 10.7 for 5 to 16); plus ``num_workers`` words of the
-norm round per chunk.
+(uniform, q = 16: 8 bits for 2 to 4 workers, 10.7 for 5 to 16; THC's table: 8 bits for
+2 workers, 10.7 for 3 to 8, 16 for 9 to 16); plus ``num_workers`` words of the norm
+round per chunk.
 """
 import numpy as np
 
 from .base import Scheme
-from ..codecs.thc import ThcCodec
+from ..codecs.thc import TABLE_IDS, ThcCodec, check_table
 from ..params import Param
+
+# T by table when ``clamp`` is not given: 2.5 for the uniform table (docs/SCHEMES.md: the
+# error a coordinate is within 4% of its minimum there, with margin for blocks above
+# unit variance); THC's table was designed with Phi^-1(1 - 1/64) = 2.1539 (its authors'
+# p = 1/32 of the coordinates clamped).
+DEFAULT_CLAMP = {'uniform': 2.5, 'thc': 2.1539}
 
 
 class Thc(Scheme):
@@ -40,9 +51,15 @@ class Thc(Scheme):
     PARAMS = {
         'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
                                 low=0),
-        'levels': Param('int', 16, 'q: quantisation levels (16 = 4 bits)', low=2, high=1024),
-        'clamp': Param('float', 2.5, 'T: rotated, scaled coordinates (about N(0, 1)) are '
-                       'clamped to [-T, T]', low=0, low_open=True, high=100),
+        'levels': Param('int', 16, 'q: quantisation levels (16 = 4 bits); 16 for '
+                        "table='thc'", low=2, high=1024),
+        'table': Param('str', 'uniform', "quantisation table: 'uniform' (q levels evenly "
+                       "on [-T, T]) or 'thc' (THC's non-uniform table: 16 entries on a grid "
+                       'of 30, sent as grid integers, so more bits a value at some worker '
+                       'counts)', choices=tuple(TABLE_IDS)),
+        'clamp': Param('float', None, 'T: rotated, scaled coordinates (about N(0, 1)) are '
+                       "clamped to [-T, T]; unset: 2.5 for table='uniform', 2.1539 for "
+                       "table='thc'", low=0, low_open=True, high=100, optional=True),
         'seed': Param('int', 0, 'seed of the shared Hadamard signs and of the workers\' '
                       'dither (with the step count and the rank)', low=0, high=2 ** 31 - 1),
         'block': Param('int', 65536, 'largest Hadamard block (a power of two)', low=256,
@@ -53,10 +70,16 @@ class Thc(Scheme):
         block = params['block']
         if block & (block - 1):
             raise ValueError('block must be a power of two, got %d' % block)
+        check_table(params['levels'], params['table'])
+
+    def clamp(self):
+        """T: the given clamp, else the table's default."""
+        given = self.params['clamp']
+        return DEFAULT_CLAMP[self.params['table']] if given is None else given
 
     def codec_for(self, shape, dtype, step=0):
         size = int(np.prod(shape)) if len(shape) else 1
         if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
             return self.uncompressed(shape, dtype)
         p = self.params
-        return ThcCodec(shape, p['levels'], p['clamp'], p['seed'], p['block'])
+        return ThcCodec(shape, p['levels'], self.clamp(), p['seed'], p['block'], p['table'])

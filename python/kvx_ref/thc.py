@@ -17,19 +17,25 @@ sum. One step of one chunk, as the C++ kernels do it (bit for bit):
    first bounds every value by ``sqrt(d / B_b)`` and every transformed value by
    ``sqrt(d B_b)``, so the float32 transform never overflows; the coordinates are then
    about N(0, ||x||^2 / M^2) when x's energy is spread (at most unit variance).
-3. ``quantize``: clamp to ``[-T, T]`` and round stochastically to one of ``q`` uniform
-   levels ``-T + k * 2T / (q - 1)``, k in [0, q): ``p = (z + T) * (q-1)/(2T)``, code =
-   ``floor(p) + (u < frac(p))`` with a 24-bit uniform u from the worker's own stream,
-   so ``E[level] = clamp(z)``.
-4. ``pack``: codes as base ``b = n (q - 1) + 1`` digits (n = num_workers), D a float32
+3. ``quantize``: clamp to ``[-T, T]`` and round stochastically between the two
+   entries of a table around it. A table (``table_values``) is ``q`` sorted integers
+   ``t[0] = 0 < ... < t[q-1] = g`` of a grid of g; entry value j stands for
+   ``(j - g/2) * 2T/g``. ``'uniform'``: ``t[k] = k``, ``g = q - 1`` (levels
+   ``-T + k * 2T/(q-1)``); ``'thc'``: THC's non-uniform table, ``q = 16`` on ``g = 30``
+   (``THC_TABLE``). ``p = min((z + T) * float32(g/(2T)), g)``, the interval
+   ``t[j] <= p <= t[j+1]`` (j <= q - 2), ``w = t[j+1] - t[j]``, digit =
+   ``t[j] + w * (u < float32(p - t[j]) / w)`` with a 24-bit uniform u from the worker's
+   own stream, so ``E[value] = clamp(z)``. The digit is the entry's *value*, an integer
+   in [0, g]: values add, indices do not. (Uniform: ``floor(p) + (u < frac(p))``.)
+4. ``pack``: digits as base ``b = n g + 1`` digits (n = num_workers), D a float32
    word with ``b**D <= 2**24``: every partial sum of n workers' words is an integer below
    2**24, exact in float32 (MXNet's server adds float32 keys; float64 keys are summed in
    float32 precision, so they would not help), and the sum is the packing of the summed
-   codes.
-5. ``decode_sum``: unpack S, the sum of n codes, per coordinate; the level sum is
-   ``L = S * 2T/(q-1) - n T`` (float64, rounded to float32); invert the transform:
+   digits.
+5. ``decode_sum``: unpack S, the sum of n digits, per coordinate; the level sum is
+   ``L = S * 2T/g - n T`` (float64, rounded to float32); invert the transform:
    ``signs * fwht(L * r_b)``, ``r_b = float32(M / (sqrt(d) sqrt(B_b)))`` (float32
-   products), and drop the padding. The worker's residual is ``x - decode(own codes,
+   products), and drop the padding. The worker's residual is ``x - decode(own digits,
    n = 1)``: what its own contribution lost to the clamp and the rounding (error
    feedback).
 
@@ -58,6 +64,11 @@ MAX_LEVELS = 1 << 16
 MAX_CLAMP = 1e4
 EXACT = 1 << 24                # float32 integers are exact below this
 FLT_MAX = float(np.finfo(f32).max)
+# THC's non-uniform table (its authors' code): 16 entries of a grid of 30, denser near 0,
+# where the rotated coordinates (about N(0, 1)) are; used with T = Phi^-1(1 - 1/64).
+THC_TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)
+THC_TABLE_CLAMP = 2.1539
+TABLES = ('uniform', 'thc')
 
 
 # -- counter-based randomness ---------------------------------------------------------
@@ -137,21 +148,41 @@ def padded_size(n, block):
     return sum(blocks(n, block))
 
 
-def sum_base(levels, num_workers):
-    """Base of the packing: the sum of n codes lies in [0, n (q - 1)]."""
-    return num_workers * (levels - 1) + 1
+def table_valid(levels, table):
+    """A known table: 'uniform' with 2 <= q <= 2**16, or 'thc' with q = 16."""
+    if table == 'uniform':
+        return 2 <= levels <= MAX_LEVELS
+    return table == 'thc' and levels == len(THC_TABLE)
 
 
-def sum_words(n, block, levels, num_workers):
+def table_values(levels, table='uniform'):
+    """The table's entries t[0..q-1] (int64), t[0] = 0, t[q-1] = g."""
+    if not table_valid(levels, table):
+        raise ValueError('no table %r with %r levels' % (table, levels))
+    return np.arange(levels, dtype=np.int64) if table == 'uniform' else \
+        np.array(THC_TABLE, np.int64)
+
+
+def grid(levels, table='uniform'):
+    """g: the largest entry (q - 1 for the uniform table, 30 for THC's)."""
+    return int(table_values(levels, table)[-1])
+
+
+def sum_base(levels, num_workers, table='uniform'):
+    """Base of the packing: the sum of n digits lies in [0, n g]."""
+    return num_workers * grid(levels, table) + 1
+
+
+def sum_words(n, block, levels, num_workers, table='uniform'):
     """float32 words of a packed payload of n elements."""
     d = padded_size(n, block)
-    return -(-d // digits_per_word(sum_base(levels, num_workers), f32))
+    return -(-d // digits_per_word(sum_base(levels, num_workers, table), f32))
 
 
-def params_valid(levels, clamp, block, num_workers):
-    return (1 <= num_workers <= MAX_WORKERS and 2 <= levels <= MAX_LEVELS
+def params_valid(levels, clamp, block, num_workers, table='uniform'):
+    return (1 <= num_workers <= MAX_WORKERS and table_valid(levels, table)
             and valid_block(block)
-            and sum_base(levels, num_workers) <= EXACT
+            and sum_base(levels, num_workers, table) <= EXACT
             and np.isfinite(f32(clamp)) and f32(clamp) > 0 and clamp <= MAX_CLAMP)
 
 
@@ -247,27 +278,33 @@ def unrotate(z, m, seed, step, block, n):
 
 # -- 3. stochastic rounding, 4. packing -------------------------------------------------
 
-def quantize(z, levels, clamp, u):
-    """Codes in [0, levels) of z clamped to [-T, T]; E[level(code)] = clamp(z)."""
+def quantize(z, levels, clamp, u, table='uniform'):
+    """Digits (table values in [0, g]) of z clamped to [-T, T]; E[value(digit)] =
+    clamp(z). Rounds between the two entries around p (step 3 of the module docstring)."""
+    entries = table_values(levels, table)
+    g = int(entries[-1])
     t = f32(clamp)
-    inv = f32((levels - 1) / (2.0 * float(t)))
+    inv = f32(g / (2.0 * float(t)))
     zc = np.clip(np.asarray(z, f32), -t, t).astype(f32)
     p = ((zc + t).astype(f32) * inv).astype(f32)
-    p = np.minimum(p, f32(levels - 1))
-    lo = np.floor(p)
-    frac = (p - lo).astype(f32)
-    return lo.astype(np.int64) + (np.asarray(u, f32) < frac)
+    p = np.minimum(p, f32(g))
+    # the interval of each p: j = the last entry <= floor(p), at most q - 2
+    j = np.minimum(np.searchsorted(entries, np.floor(p).astype(np.int64), side='right') - 1,
+                   levels - 2)
+    lo, width = entries[j], entries[j + 1] - entries[j]
+    frac = ((p - lo.astype(f32)).astype(f32) / width.astype(f32)).astype(f32)
+    return lo + width * (np.asarray(u, f32) < frac)
 
 
-def level_sum(codes_sum, levels, clamp, num_workers):
-    """float32 value of a sum of num_workers codes: S * 2T/(q-1) - n T (float64)."""
+def level_sum(digits_sum, levels, clamp, num_workers, table='uniform'):
+    """float32 value of a sum of num_workers digits: S * 2T/g - n T (float64)."""
     t = float(f32(clamp))
-    delta = 2.0 * t / (levels - 1)
-    return (np.asarray(codes_sum, np.float64) * delta - num_workers * t).astype(f32)
+    delta = 2.0 * t / grid(levels, table)
+    return (np.asarray(digits_sum, np.float64) * delta - num_workers * t).astype(f32)
 
 
 def pack(codes, base):
-    """Codes (< base) little-endian, D a float32 word (base**D <= 2**24); the last
+    """Digits (< base) little-endian, D a float32 word (base**D <= 2**24); the last
     word's unused digits are 0."""
     d = digits_per_word(base, f32)
     codes = np.asarray(codes, np.int64)
@@ -290,42 +327,42 @@ def unpack(words, base, count):
 
 # -- one step ---------------------------------------------------------------------------
 
-def encode(grad, residual, norms, rank, levels, clamp, seed, step, block):
+def encode(grad, residual, norms, rank, levels, clamp, seed, step, block, table='uniform'):
     """(words, new residual, status) of worker ``rank``; num_workers = len(norms)."""
     num_workers = len(norms)
-    if not (params_valid(levels, clamp, block, num_workers) and 0 <= rank < num_workers
+    if not (params_valid(levels, clamp, block, num_workers, table) and 0 <= rank < num_workers
             and 0 <= step < EXACT):
         raise ValueError('bad THC parameters')
     acc = (np.asarray(grad, f32) + np.asarray(residual, f32)).astype(f32)
     shape, acc = acc.shape, acc.reshape(-1)
-    words = sum_words(acc.size, block, levels, num_workers)
+    words = sum_words(acc.size, block, levels, num_workers, table)
     if not np.isfinite(acc).all():
         return np.zeros(words, f32), np.asarray(residual, f32).copy(), NONFINITE
     m = max_norm(norms)
     if m is None:
         return np.zeros(words, f32), np.asarray(residual, f32).copy(), BAD_PARAM
     z = rotate(acc, m, seed, step, block)
-    codes = quantize(z, levels, clamp, dither(seed, step, rank, z.size))
-    own = unrotate(level_sum(codes, levels, clamp, 1), m, seed, step, block, acc.size)
+    digits = quantize(z, levels, clamp, dither(seed, step, rank, z.size), table)
+    own = unrotate(level_sum(digits, levels, clamp, 1, table), m, seed, step, block, acc.size)
     new_residual = (acc - own).astype(f32).reshape(shape)
-    return pack(codes, sum_base(levels, num_workers)), new_residual, OK
+    return pack(digits, sum_base(levels, num_workers, table)), new_residual, OK
 
 
-def decode_sum(words, norms, levels, clamp, seed, step, block, n):
+def decode_sum(words, norms, levels, clamp, seed, step, block, n, table='uniform'):
     """(float32 sum over workers of n elements, status) of summed words."""
     out = np.zeros(n, f32)
     num_workers = len(norms)
-    if not (params_valid(levels, clamp, block, num_workers) and 0 <= step < EXACT):
+    if not (params_valid(levels, clamp, block, num_workers, table) and 0 <= step < EXACT):
         return out, BAD_PARAM
     m = max_norm(norms)
     words = np.asarray(words)
     if (m is None or words.dtype != f32 or words.ndim != 1
-            or words.size != sum_words(n, block, levels, num_workers)):
+            or words.size != sum_words(n, block, levels, num_workers, table)):
         return out, BAD_PARAM
-    base = sum_base(levels, num_workers)
+    base = sum_base(levels, num_workers, table)
     limit = float(base) ** digits_per_word(base, f32)
     if (words != np.floor(words)).any() or (words < 0).any() or (words >= limit).any():
         return out, BAD_WORD
     d = padded_size(n, block)
-    summed = level_sum(unpack(words, base, d), levels, clamp, num_workers)
+    summed = level_sum(unpack(words, base, d), levels, clamp, num_workers, table)
     return unrotate(summed, m, seed, step, block, n), OK
