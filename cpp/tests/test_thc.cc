@@ -247,6 +247,22 @@ void test_quantize_levels() {
   for (auto c : codes_of(two, d, params(2), 1)) CHECK(c == 0 || c == 1);
 }
 
+// The sum over `trials` steps (each with its own dither) of the dequantised values of
+// one worker's quantised z.
+std::vector<double> summed_values(const Floats& z, const ThcParams& p, int trials) {
+  const int64_t d = static_cast<int64_t>(z.size());
+  std::vector<double> sum(static_cast<size_t>(d), 0.0);
+  Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, 1)));
+  Floats values(static_cast<size_t>(d));
+  for (int s = 0; s < trials; ++s) {
+    kvx::thc_quantize(z.data(), d, p, 1, 0, s, words.data());
+    kvx::thc_dequantize(words.data(), static_cast<int64_t>(words.size()), d, p, 1, 1,
+                        values.data());
+    for (int64_t i = 0; i < d; ++i) sum[i] += values[i];
+  }
+  return sum;
+}
+
 // E[level(code)] = clamp(z): the mean over many steps (independent dither) is within a
 // bound that a biased rounding (round to nearest) misses.
 void test_quantize_unbiased() {
@@ -258,15 +274,7 @@ void test_quantize_unbiased() {
   std::mt19937 rng(5);
   for (auto& v : z) v = std::uniform_real_distribution<float>(-2.4f, 2.4f)(rng);
   const int trials = 4000;
-  std::vector<double> sum(static_cast<size_t>(d), 0.0);
-  Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, 1)));
-  Floats values(static_cast<size_t>(d));
-  for (int s = 0; s < trials; ++s) {
-    kvx::thc_quantize(z.data(), d, p, 1, 0, s, words.data());
-    kvx::thc_dequantize(words.data(), static_cast<int64_t>(words.size()), d, p, 1, 1,
-                        values.data());
-    for (int64_t i = 0; i < d; ++i) sum[i] += values[i];
-  }
+  const std::vector<double> sum = summed_values(z, p, trials);
   // each level has variance <= delta^2 / 4: the mean's standard error <= delta / (2 sqrt N)
   const double sigma = delta / (2.0 * std::sqrt(static_cast<double>(trials)));
   double worst = 0.0, worst_nearest = 0.0;
@@ -663,15 +671,7 @@ void test_table_unbiased() {
   std::mt19937 rng(6);
   for (auto& v : z) v = std::uniform_real_distribution<float>(-2.1f, 2.1f)(rng);
   const int trials = 4000;
-  std::vector<double> sum(static_cast<size_t>(d), 0.0);
-  Floats words(static_cast<size_t>(kvx::thc_packed_words(d, p, 1)));
-  Floats values(static_cast<size_t>(d));
-  for (int s = 0; s < trials; ++s) {
-    kvx::thc_quantize(z.data(), d, p, 1, 0, s, words.data());
-    kvx::thc_dequantize(words.data(), static_cast<int64_t>(words.size()), d, p, 1, 1,
-                        values.data());
-    for (int64_t i = 0; i < d; ++i) sum[i] += values[i];
-  }
+  const std::vector<double> sum = summed_values(z, p, trials);
   double worst = 0.0, worst_nearest = 0.0;
   for (int64_t i = 0; i < d; ++i) {
     // the interval around z: rounding between its ends has variance <= width^2 / 4
