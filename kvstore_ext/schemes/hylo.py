@@ -14,14 +14,15 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
 
    so a layer at the threshold sends ``conv_rate_max`` (0.3) of its filters and a layer
    100x larger a tenth of that (at least ``conv_rate_min``, 0.02). ``conv_rate`` fixes
-   the rate for every conv layer instead. In homomorphic mode the formula's rate is
-   multiplied by ``homomorphic_conv_scale`` (2, at most 1): there every worker sends the
-   same agreed filters, so a step updates k filters, where server mode's sum covers the
-   union of each worker's own k. Doubled, cnn512's short run at 8 workers ended 1.65
-   points higher (16 seeds, lower train loss on all); at 4 workers the train loss fell
-   on 13 of 16 seeds, the test accuracy gain is not resolved (docs/RESULTS.md section
-   15). It costs cnn512 3-5% more bytes; conv-heavy models pay more (resnet18 1.8x). (With 0.1, a 51,200-weight layer sent 6 of
+   the rate for every conv layer instead. (With 0.1, a 51,200-weight layer sent 6 of
    64 filters a step, each filter waited ~10 steps, and short runs lost accuracy.)
+   In homomorphic mode the formula's rate is multiplied by ``homomorphic_conv_scale``
+   (2, at most 1): there every worker sends the same agreed filters, so a step updates
+   k filters, where server mode's sum covers the union of each worker's own k.
+   Doubled, cnn512's short run at 8 workers ended 1.65 points higher (16 seeds, lower
+   train loss on all); at 4 workers the train loss fell on 13 of 16 seeds, the test
+   accuracy gain is not resolved (docs/RESULTS.md section 15). It costs cnn512 3-5%
+   more bytes; conv-heavy models pay more (resnet18 1.8x).
 3. **FC weights** (2-D) and any other large tensor (1-D): the threshold adapts to the
    overall magnitude each step, ``t = fc_scale * mean|acc|`` (``fc_threshold > 0``
    fixes it instead); each value becomes 0 or +-v (2 bits of information, packed as
@@ -76,10 +77,10 @@ from ..codecs import (FilterTopKCodec, MomentumTopKCodec, MomentumAdditiveTopKCo
                       TernaryCodec, AdditiveTernaryCodec, AdditiveTopKCodec)
 from ..params import Param
 
-# agreement='auto' takes 'conv_round' from this many workers on: at 8 workers the
-# one-step-old filter scores of 'previous' cost cnn512 about 3 points on a short run and
-# the round won back 2.6 (docs/RESULTS.md sections 13, 14); at 4 the two end equal and
-# 'previous' reads nothing (its keys push without waiting).
+# agreement='auto' takes 'conv_round' from this many workers on: at 8 workers the round
+# beat the one-step-old filter scores of 'previous' by 3.2 points on cnn512's short run
+# (16 seeds; docs/RESULTS.md section 15); at 4 the two end equal and 'previous' reads
+# nothing (its keys push without waiting).
 CONV_ROUND_WORKERS = 8
 
 
