@@ -35,8 +35,11 @@ momentum unless the spec sets it: ``dist_sync_hylo`` runs with Hylo's momentum
 correction, ``dist_sync_hylo:momentum=0`` without (as every run made before that). Jobs run seed-major (seed 1: every configuration and spec, then seed 2, ...),
 so a change of the machine's load hits every spec alike. With ``--json`` the file is
 rewritten after every job, and runs already in it are not run again (``--rerun`` runs
-them anyway): an interrupted sweep continues where it stopped. ``--report`` only prints
-the tables of the runs in ``--json`` (for instance after merging files).
+them anyway): an interrupted sweep continues where it stopped. ``--report [MORE_JSON ...]``
+only prints the tables of the runs in ``--json`` and in the other files named (a run in
+two files is an error); ``--report --matrix`` prints one line per configuration and spec
+instead, with the paired loss's bound and how many seeds would show it within the margin
+if its mean and spread held (a '?' that more seeds would settle, or one they never would).
 """
 import argparse
 import json
@@ -60,7 +63,7 @@ BASELINE = 'dist_sync'
 MARGIN = 0.5           # points
 # one-sided 95% Student t quantiles by degrees of freedom
 T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
-       9: 1.833, 10: 1.812, 15: 1.753, 20: 1.725, 30: 1.697}
+       9: 1.833, 10: 1.812, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671, 120: 1.658}
 
 
 def t95(df):
@@ -148,6 +151,31 @@ def desynced(run):
     return any(p.get('test_acc_spread', 0) > 0 for p in run['curve'])
 
 
+def upper_bound(diffs):
+    """One-sided 95% upper t-bound of the paired differences' mean (None: one seed)."""
+    if len(diffs) < 2:
+        return None
+    return statistics.mean(diffs) + t95(len(diffs) - 1) * statistics.stdev(diffs) / \
+        math.sqrt(len(diffs))
+
+
+def seeds_to_show(diffs, margin=MARGIN, most=1000):
+    """How many seeds would show "within ``margin``" if the observed mean and spread
+    held: the smallest n whose one-sided bound falls below the margin. None when the
+    mean itself is not below the margin (no number of seeds shows it) or there are
+    fewer than two seeds; ``most + 1`` when more than ``most`` would be needed. A
+    planning figure, not evidence: it says whether a '?' is a matter of seeds."""
+    if len(diffs) < 2:
+        return None
+    m, s = statistics.mean(diffs), statistics.stdev(diffs)
+    if m >= margin:
+        return None
+    for n in range(2, most + 1):
+        if m + t95(n - 1) * s / math.sqrt(n) < margin:
+            return n
+    return most + 1
+
+
 def verdict(diffs, margin=MARGIN):
     """'ok' / 'WORSE' / '?' for 'baseline minus spec < margin points' (paired)."""
     if len(diffs) < 2:
@@ -184,6 +212,9 @@ def summarize(runs, baseline=BASELINE, margin=MARGIN):
                     'paired_diff_points': mean_std(diffs) if diffs else (None, None),
                     'paired_n': len(diffs),
                     'verdict': verdict(diffs, margin) if spec != baseline else '',
+                    'bound_points': upper_bound(diffs) if spec != baseline else None,
+                    'seeds_to_show': seeds_to_show(diffs, margin) if spec != baseline
+                    else None,
                     'push_ratio': mean_std([r['push_ratio'] for r in ok])[0],
                     'pull_ratio': mean_std([r['pull_ratio'] for r in ok])[0],
                     'wall_s': mean_std([r['wall_s'] for r in ok]),
@@ -243,6 +274,55 @@ def format_tables(rows, margin=MARGIN):
     return '\n'.join(out)
 
 
+def format_matrix(rows, margin=MARGIN, baseline=BASELINE):
+    """One line per configuration and spec against the baseline: issue 9's matrix at a
+    glance. ``bound`` is the one-sided 95% t-bound of the paired loss; ``to show`` the
+    seeds that would show it within the margin if the mean and spread held (``never``:
+    the mean is not below the margin)."""
+    base_loss = {(r['model'], r['workers'], r['schedule']): r['final_train_loss'][0]
+                 for r in rows if r['spec'] == baseline and 'acc' in r}
+    head = '%-7s %2s %-5s %-44s %5s %15s %6s %5s %13s %8s %7s' % (
+        'model', 'w', 'sched', 'spec', 'seeds', 'dist_sync - it', 'bound', 'd<%g' % margin,
+        'loss it/base', 'raw/push', 'to show')
+    out = [head, '-' * len(head)]
+    for r in rows:
+        if r['spec'] == baseline or 'acc' not in r or not r['paired_n']:
+            continue
+        group = (r['model'], r['workers'], r['schedule'])
+        need = r['seeds_to_show']
+        need = 'never' if need is None else ('>1000' if need > 1000 else str(need))
+        bound = r['bound_points']
+        loss = '%.3f/%s' % (r['final_train_loss'][0],
+                            '%.3f' % base_loss[group] if group in base_loss else '-')
+        out.append('%-7s %2d %-5s %-44s %5d %15s %6s %5s %13s %8.1f %7s' % (
+            r['model'], r['workers'], r['schedule'], r['spec'][:44], r['paired_n'],
+            _pm(r['paired_diff_points'], '%+.2f'),
+            '-' if bound is None else '%+.2f' % bound, r['verdict'], loss,
+            r['push_ratio'], need))
+    out.append('dist_sync - it: paired by seed, points, mean +- std over the paired seeds; '
+               'bound: its one-sided 95%% t-bound (ok: below %g); loss: mean train loss of '
+               'the last epoch, the spec\'s over the baseline\'s; to show: seeds that would '
+               'show "within %g" if this mean and spread held' % (margin, margin))
+    return '\n'.join(out)
+
+
+def load_runs(paths):
+    """The successful runs of several results files; a run (spec, model, workers,
+    schedule, seed) found in two files is an error, not a silent pick."""
+    runs, seen = [], {}
+    for path in paths:
+        with open(path) as f:
+            for r in json.load(f)['runs']:
+                if r.get('error'):
+                    continue
+                key = run_key(r)
+                if key in seen:
+                    raise ValueError('%s: run %s is also in %s' % (path, key, seen[key]))
+                seen[key] = path
+                runs.append(r)
+    return runs
+
+
 def save(path, args, runs, started):
     if not path:
         return
@@ -288,8 +368,12 @@ def parse_args(argv):
     p.add_argument('--margin', type=float, default=MARGIN,
                    help='points: the verdict judges "dist_sync - it < margin" (issue 9: '
                         '0.5; the schemes\' issues: 1)')
-    p.add_argument('--report', action='store_true',
-                   help='run nothing: print the tables of the runs in --json')
+    p.add_argument('--report', nargs='*', metavar='MORE_JSON', default=None,
+                   help='run nothing: print the tables of the runs in --json and in any '
+                        'MORE_JSON files (a run in two files is an error)')
+    p.add_argument('--matrix', action='store_true',
+                   help='with --report: one line per configuration and spec (issue 9\'s '
+                        'matrix), with the bound and the seeds that would show it')
     p.add_argument('--extra', nargs=argparse.REMAINDER, default=[],
                    help='further train_mnist.py flags (last on the command line)')
     args = p.parse_args(argv)
@@ -298,20 +382,32 @@ def parse_args(argv):
         args.specs = [cluster.parse_scheme(s) for s in args.specs]
     except ValueError as e:
         p.error(str(e))
-    if args.report and not (args.json and os.path.isfile(args.json)):
-        p.error('--report prints the runs of an existing --json file')
+    if args.report is not None:
+        for path in [args.json] + args.report:
+            if not (path and os.path.isfile(path)):
+                p.error('--report prints the runs of an existing --json file (and '
+                        'existing MORE_JSON files): %s' % path)
+    elif args.matrix:
+        p.error('--matrix is a form of --report')
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.report is not None:
+        try:
+            runs = load_runs([args.json] + args.report)
+        except ValueError as e:
+            print('promise.py: %s' % e, file=sys.stderr)
+            return 2
+        rows = summarize(runs, margin=args.margin)
+        print(format_matrix(rows, args.margin) if args.matrix
+              else format_tables(rows, args.margin))
+        return 0
     runs = []
     if args.json and os.path.isfile(args.json) and not args.rerun:
         with open(args.json) as f:
             runs = [r for r in json.load(f)['runs'] if not r.get('error')]
-    if args.report:
-        print(format_tables(summarize(runs, margin=args.margin), args.margin))
-        return 0
     done = {run_key(r) for r in runs}
     previous = cluster.catch_stop_signals()
     started = time.strftime('%Y-%m-%d %H:%M:%S')

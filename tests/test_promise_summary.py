@@ -62,3 +62,39 @@ def test_report_prints_a_results_file(tmp_path):
                               '--json', str(tmp_path / 'none.json')],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and 'existing --json' in missing.stderr
+
+
+def test_seeds_to_show_is_the_smallest_count_whose_bound_clears_the_margin():
+    diffs = [0.1, 0.5, -0.2, 0.4]          # mean 0.2, sd 0.316
+    n = promise.seeds_to_show(diffs, 0.5)
+    bound = lambda k: 0.2 + promise.t95(k - 1) * 0.31623 / k ** 0.5  # noqa: E731
+    assert bound(n) < 0.5 <= bound(n - 1)
+    assert promise.seeds_to_show([0.6, 0.7, 0.5], 0.5) is None    # mean above: never
+    assert promise.seeds_to_show([0.3], 0.5) is None              # one seed: no spread
+    assert promise.seeds_to_show([0.49, -1.0, 2.0], 0.5, most=50) == 51
+    assert promise.upper_bound([0.1, 0.5, -0.2, 0.4]) == pytest.approx(bound(4), abs=1e-4)
+
+
+def _write(path, runs):
+    path.write_text(json.dumps({'runs': runs}))
+    return str(path)
+
+
+def test_report_merges_files_and_prints_the_matrix(tmp_path):
+    base = _write(tmp_path / 'a.json', [run('dist_sync', s, 0.95, 10.0) for s in (1, 2, 3)])
+    more = _write(tmp_path / 'b.json', [run('dist_sync_x', s, a, 11.0)
+                                        for s, a in ((1, 0.949), (2, 0.951), (3, 0.950))])
+    cmd = [sys.executable, os.path.join(BENCH, 'promise.py'), '--json', base, '--report',
+           more, '--matrix']
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = [x for x in out.stdout.splitlines() if ' dist_sync_x' in x][0]
+    # paired loss 0.00 +- 0.10 over 3 seeds: bound 0.17, shown within 0.5, 2 seeds would do
+    assert '+0.00' in line and '+0.17' in line and ' ok ' in line and line.endswith(' 2')
+    assert '0.100/0.100' in line
+    assert not any(x.startswith('cnn512') and ' dist_sync ' in x
+                   for x in out.stdout.splitlines())      # no line for the baseline itself
+    twice = subprocess.run(cmd[:-2] + [base], capture_output=True, text=True, timeout=60)
+    assert twice.returncode == 2 and 'also in' in twice.stderr
+    alone = subprocess.run(cmd[:4] + ['--matrix'], capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 2 and 'form of --report' in alone.stderr
