@@ -151,12 +151,19 @@ def desynced(run):
     return any(p.get('test_acc_spread', 0) > 0 for p in run['curve'])
 
 
+def mean_half_width(diffs):
+    """The paired differences' mean and the half-width of its one-sided 95% t-bound
+    (two or more seeds)."""
+    return (statistics.mean(diffs),
+            t95(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
+
+
 def upper_bound(diffs):
     """One-sided 95% upper t-bound of the paired differences' mean (None: one seed)."""
     if len(diffs) < 2:
         return None
-    return statistics.mean(diffs) + t95(len(diffs) - 1) * statistics.stdev(diffs) / \
-        math.sqrt(len(diffs))
+    m, half = mean_half_width(diffs)
+    return m + half
 
 
 def seeds_to_show(diffs, margin=MARGIN, most=1000):
@@ -180,8 +187,7 @@ def verdict(diffs, margin=MARGIN):
     """'ok' / 'WORSE' / '?' for 'baseline minus spec < margin points' (paired)."""
     if len(diffs) < 2:
         return '?'
-    m, s = statistics.mean(diffs), statistics.stdev(diffs)
-    half = t95(len(diffs) - 1) * s / math.sqrt(len(diffs))
+    m, half = mean_half_width(diffs)
     if m + half < margin:
         return 'ok'
     if m - half > margin:
