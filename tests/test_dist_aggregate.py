@@ -265,7 +265,8 @@ def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, w
         params = {'size_threshold': 100, 'bin_fc': 100, 'max_per_bin': 30, 'momentum': 0.9}
         codec = AdaComp(**params).codec_for(job.SHAPES[key], np.float32)
     else:
-        params = dict(PARAMS, momentum=0.9, chunk_size=1 << 20, aggregation=aggregation)
+        params = dict(PARAMS, momentum=0.9, momentum_correction='on', chunk_size=1 << 20,
+                      aggregation=aggregation)
         if aggregation == 'homomorphic':
             params['agreement'] = 'round'
         k = Hylo(**params).conv_k(job.SHAPES[key])

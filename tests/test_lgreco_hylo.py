@@ -160,7 +160,7 @@ def test_momentum_correction_is_measured_on_the_velocity():
     """With DGC's momentum correction the conv codec compresses velocity + residual
     (u = m u + grad), and that is what the scheme measures, not grad + residual."""
     kv = mx.kv.create('dist_sync_lgreco_hylo')
-    kv.set_gradient_compression(dict(PARAMS, momentum=0.9))
+    kv.set_gradient_compression(dict(PARAMS, momentum=0.9, momentum_correction='on'))
     want, plain = 0, 0
     for step in range(4):
         grad = gradient('a', step)

@@ -12,7 +12,8 @@ from kvstore_ext.codecs import (FilterTopKCodec, MomentumAdditiveTopKCodec,
                                 MomentumElementTopKCodec, MomentumTopKCodec)
 
 SHAPE = (16, 8, 3, 3)
-PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9}
+PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9,
+          'momentum_correction': 'on'}     # 'auto' corrects from 8 workers; these have 1
 
 
 def grad(step, shape=SHAPE):
@@ -44,9 +45,28 @@ def test_server_steps_match_the_reference(chunk_size, masking):
             np.testing.assert_allclose(kept, velocity, rtol=1e-6, atol=1e-7)
     codec = kv._keys['conv'].chunks[0].codec
     assert isinstance(codec, MomentumTopKCodec) and codec.momentum == 0.9
+    assert codec.masking == (masking == 'on')
     if chunk_size == 1024:      # 1,152 elements: 2 chunks of 8 filters, 2 sent each
         assert len(kv._keys['conv'].chunks) == 2
         assert [c.codec.k for c in kv._keys['conv'].chunks] == [2, 2]
+
+
+@pytest.mark.parametrize('masking', ['on', 'off'])
+def test_what_factor_masking_costs_a_filter_sent_every_step(masking):
+    """The price of DGC's masking (why 'auto' corrects only from 8 workers): a filter
+    whose steady gradient wins the top-k every step is sent every step. Masked, its
+    velocity is zeroed each time and S carries the gradient alone (plain SGD's step);
+    unmasked, S grows to grad / (1 - m), momentum SGD's step."""
+    kv = store(momentum_masking=masking)
+    m, steps = 0.9, 30
+    steady = np.zeros(SHAPE, np.float32)
+    steady[0] = 1.0
+    for step in range(steps):
+        g = steady + grad(step) * 0.01
+        kv.pushpull('conv', mx.nd.array(g))
+    delivered = kv._memory._arrays['conv']['0.delivered'].asnumpy()[0]
+    want = 1.0 if masking == 'on' else (1 - m ** steps) / (1 - m)
+    np.testing.assert_allclose(delivered.mean(), want, rtol=0.05)
 
 
 def test_sgd_momentum_on_the_output_applies_the_sent_velocities():
@@ -86,6 +106,32 @@ def test_homomorphic_steps_match_the_reference(agreement):
         else:       # agreed on the previous step's statistic: other filters, still sums up
             assert np.isfinite(out.asnumpy()).all()
     assert isinstance(kv._keys['conv'].chunks[0].codec, MomentumAdditiveTopKCodec)
+
+
+@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
+def test_auto_correction_from_eight_workers(aggregation):
+    """momentum_correction='auto' (the default): the conv top-k corrects the momentum
+    from 8 workers on and is plain error feedback below; 'on' and 'off' hold at any
+    worker count; momentum 0 turns it off whatever the setting."""
+    from kvstore_ext.schemes import Hylo
+    corrected = {'server': MomentumTopKCodec, 'homomorphic': MomentumAdditiveTopKCodec}
+    got = {}
+    for setting in ('auto', 'on', 'off'):
+        scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.9,
+                      momentum_correction=setting)
+        for workers in (1, 4, 7, 8, 64):
+            scheme.num_workers = workers
+            codec = scheme.codec_for(SHAPE, np.float32)
+            got[setting, workers] = isinstance(codec, corrected[aggregation])
+    assert got == {('auto', 1): False, ('auto', 4): False, ('auto', 7): False,
+                   ('auto', 8): True, ('auto', 64): True,
+                   **{('on', w): True for w in (1, 4, 7, 8, 64)},
+                   **{('off', w): False for w in (1, 4, 7, 8, 64)}}
+    assert Hylo().params['momentum_correction'] == 'auto'
+    scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.0,
+                  momentum_correction='on')
+    scheme.num_workers = 8
+    assert not isinstance(scheme.codec_for(SHAPE, np.float32), corrected[aggregation])
 
 
 def test_off_by_default():

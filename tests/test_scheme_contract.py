@@ -52,11 +52,14 @@ def run(kv, steps):
 
 
 def momentum_variants():
-    """'<type>:<param>=0.9' for every momentum parameter of every scheme."""
+    """'<type>:<param>=0.9' for every momentum parameter of every scheme (with
+    ',momentum_correction=on' where the scheme applies it by worker count: this store
+    has one worker)."""
     out = []
     for scheme in sorted(kvstore_ext.SCHEMES):
         params = kvstore_ext.SCHEMES[scheme]().params
-        out += ['dist_sync_%s:%s=0.9' % (scheme, p) for p in params
+        forced = ',momentum_correction=on' if 'momentum_correction' in params else ''
+        out += ['dist_sync_%s:%s=0.9%s' % (scheme, p, forced) for p in params
                 if p == 'momentum' or p.endswith('.momentum')]
     return out
 
@@ -68,12 +71,13 @@ def name(request):
 
 
 def create(name):
-    """The store of a fixture name, with its parameter if it names one."""
-    kvstore, _, setting = name.partition(':')
+    """The store of a fixture name, with the parameters it names (numbers, or words)."""
+    kvstore, _, settings = name.partition(':')
     kv = mx.kv.create(kvstore)
-    if setting:
-        param, _, value = setting.partition('=')
-        kv.set_gradient_compression({param: float(value)})
+    if settings:
+        params = dict(setting.split('=') for setting in settings.split(','))
+        kv.set_gradient_compression({p: v if v.isalpha() else float(v)
+                                     for p, v in params.items()})
     return kv
 
 

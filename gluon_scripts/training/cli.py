@@ -44,7 +44,8 @@ def base_parser(description, epilog=None, **defaults):
     g.add_argument('--momentum', type=float, default=0.9,
                    help='of sgd and nag; with sgd it is also given to a scheme that has a '
                         '"momentum" parameter (Hylo: DGC\'s momentum correction of the conv '
-                        'top-k) unless --compression-params sets it')
+                        'top-k, from 8 workers on by default) unless --compression-params '
+                        'sets it')
     g.add_argument('--wd', type=float, default=1e-4, help='weight decay')
     g.add_argument('--mode', default='hybrid', choices=('hybrid', 'imperative'),
                    help='hybrid: hybridize the network (static graph)')

@@ -66,7 +66,16 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    of gradients, DGC-style (codecs/momentum.py), so that a filter's
    wait is not followed by the momentum's tail. The kvstore cannot see the optimizer
    (Gluon runs it on the workers), so the value must be given; the project's scripts
-   pass their ``--momentum``. Measured: docs/RESULTS.md section 7.
+   pass their ``--momentum``. ``momentum_correction`` says where it applies: 'auto'
+   (the default) from ``MOMENTUM_CORRECTION_WORKERS`` (8) workers on, 'on', 'off'.
+   Without it the conv top-k is plain error feedback and the optimizer's momentum acts
+   on what arrives. Why not always: the correction's factor masking zeroes a sent
+   filter's velocity, so a filter sent every step moves by ``lr * grad``, a tenth of
+   momentum SGD's step at m = 0.9, and Hylo's high conv rates send the important
+   filters often. Measured on cnn512 (docs/RESULTS.md sections 7, 16, 17): at 4
+   workers the correction cost a third of a point (short run, 28 seeds; long, 8), and
+   without it Hylo is within 0.5 points of `dist_sync` in both modes; at 2 workers it
+   changes nothing; at 8 workers the 48-step run loses 5.8 points without it.
 """
 import math
 
@@ -82,6 +91,14 @@ from ..params import Param
 # (16 seeds; docs/RESULTS.md section 15); at 4 the two end equal and 'previous' reads
 # nothing (its keys push without waiting).
 CONV_ROUND_WORKERS = 8
+
+# momentum_correction='auto' corrects from this many workers on: at 8, cnn512's 48-step
+# run lost 5.8 points without it (5 seeds, docs/RESULTS.md section 7); at 4 it cost 0.3
+# points on the short run (28 seeds) and 0.4 on the long one (8 seeds), where plain error
+# feedback is within 0.5 of dist_sync (sections 16 and 17); at 2 it changed nothing (16
+# seeds). Long runs at 8 workers would gain 0.3 without it (10 seeds), but a kvstore
+# cannot tell a long run from a short one.
+MOMENTUM_CORRECTION_WORKERS = 8
 
 
 class Hylo(Scheme):
@@ -128,6 +145,11 @@ class Hylo(Scheme):
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
                           'correction of the conv top-k (0: off)',
                           low=0, high=0.999),
+        'momentum_correction': Param('str', 'auto', "with momentum > 0: where DGC's "
+                                     "momentum correction applies: 'on', 'off' (plain "
+                                     "error feedback) or 'auto' ('on' from %d workers on)"
+                                     % MOMENTUM_CORRECTION_WORKERS,
+                                     choices=('auto', 'on', 'off')),
         'momentum_masking': Param('str', 'on', "with momentum: DGC's factor masking, a "
                                   "filter's velocity zeroed when it is sent ('on') or kept "
                                   "('off')", choices=('on', 'off')),
@@ -208,16 +230,25 @@ class Hylo(Scheme):
             return 'round', 'previous'
         return mode, mode
 
+    def corrects_momentum(self):
+        """Whether the conv top-k runs DGC's momentum correction (``momentum`` > 0 and
+        ``momentum_correction`` on, or 'auto' with enough workers)."""
+        p = self.params
+        if p['momentum'] <= 0 or p['momentum_correction'] == 'off':
+            return False
+        return p['momentum_correction'] == 'on' or \
+            self.num_workers >= MOMENTUM_CORRECTION_WORKERS
+
     def conv_codec(self, shape, k):
         """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
             agreement = self.agreements()[0]
-            if p['momentum'] > 0:
+            if self.corrects_momentum():
                 return MomentumAdditiveTopKCodec(shape, k, agreement, p['momentum'],
                                                  p['momentum_masking'] == 'on')
             return AdditiveTopKCodec(shape, k, agreement)
-        if p['momentum'] > 0:
+        if self.corrects_momentum():
             return MomentumTopKCodec(shape, k, p['pull'] == 'compressed', p['momentum'],
                                      p['momentum_masking'] == 'on')
         return FilterTopKCodec(shape, k, p['pull'] == 'compressed')
