@@ -369,6 +369,22 @@ def test_scheme_choices_and_fallback():
     assert not codec.compressible() and OuterCodec((64, 144), None, capacity=12).compressible()
 
 
+def test_fallback_follows_the_workers():
+    """The store tells dad its workers; the Hylo fallback's worker-count rules ('auto'
+    agreement and momentum correction) follow them, so that a fallback key at 8 workers
+    plans what dist_sync_hylo plans there."""
+    from kvstore_ext.codecs import MomentumAdditiveTopKCodec
+    scheme = kvstore_ext.SCHEMES['dad'](**{'fallback.aggregation': 'homomorphic',
+                                           'fallback.momentum': 0.9,
+                                           'fallback.size_threshold': 100})
+    conv = (16, 8, 3, 3)
+    assert not isinstance(scheme.codec_for(conv, f32), MomentumAdditiveTopKCodec)
+    scheme.num_workers = 8
+    assert scheme.num_workers == scheme.fallback.num_workers == 8
+    codec = scheme.codec_for(conv, f32)
+    assert isinstance(codec, MomentumAdditiveTopKCodec) and codec.agreement == 'round'
+
+
 def test_checkpoint_restores_fallback_params(tmp_path):
     kv = mx.kv.create('dist_sync_dad')
     kv.set_gradient_compression({'method': 'oneway', 'fallback.size_threshold': 500})

@@ -122,6 +122,16 @@ class DAD(Scheme):
         self._bound = {}        # key -> capture.Layer
         self._plans = {}        # key -> OuterCodec, or None: planned through the fallback
 
+    @property
+    def num_workers(self):
+        return self.fallback.num_workers
+
+    @num_workers.setter
+    def num_workers(self, workers):
+        """The store tells the scheme its workers before it plans: the fallback's
+        worker-count rules (Hylo's agreement and momentum correction, 'auto') need it."""
+        self.fallback.num_workers = workers
+
     # -- which key is which layer ------------------------------------------------------
     def bind(self, key, arrays):
         handles = {a.handle.value for a in arrays}
