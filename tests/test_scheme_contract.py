@@ -53,14 +53,16 @@ def run(kv, steps):
 
 def momentum_variants():
     """'<type>:<param>=0.9' for every momentum parameter of every scheme (with
-    ',momentum_correction=on' where the scheme applies it by worker count: this store
-    has one worker)."""
+    ',<prefix>momentum_correction=on' where the scheme, or dad's fallback, applies it by
+    worker count: this store has one worker)."""
     out = []
     for scheme in sorted(kvstore_ext.SCHEMES):
         params = kvstore_ext.SCHEMES[scheme]().params
-        forced = ',momentum_correction=on' if 'momentum_correction' in params else ''
-        out += ['dist_sync_%s:%s=0.9%s' % (scheme, p, forced) for p in params
-                if p == 'momentum' or p.endswith('.momentum')]
+        for p in params:
+            if p == 'momentum' or p.endswith('.momentum'):
+                forced = p[:-len('momentum')] + 'momentum_correction'
+                out.append('dist_sync_%s:%s=0.9%s' % (
+                    scheme, p, ',%s=on' % forced if forced in params else ''))
     return out
 
 

@@ -73,9 +73,10 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    filter's velocity, so a filter sent every step moves by ``lr * grad``, a tenth of
    momentum SGD's step at m = 0.9, and Hylo's high conv rates send the important
    filters often. Measured on cnn512 (docs/RESULTS.md sections 7, 16, 17): at 4
-   workers the correction cost a third of a point (short run, 28 seeds; long, 8), and
-   without it Hylo is within 0.5 points of `dist_sync` in both modes; at 2 workers it
-   changes nothing; at 8 workers the 48-step run loses 5.8 points without it.
+   workers the correction cost 0.3 points on the short run (28 seeds) and 0.4 on the
+   long one (8), and without it Hylo is within 0.5 points of `dist_sync` in both modes;
+   at 2 workers it changes nothing (16 seeds); at 8 workers the 48-step run loses 5.8
+   points without it (5 seeds).
 """
 import math
 
@@ -92,12 +93,9 @@ from ..params import Param
 # nothing (its keys push without waiting).
 CONV_ROUND_WORKERS = 8
 
-# momentum_correction='auto' corrects from this many workers on: at 8, cnn512's 48-step
-# run lost 5.8 points without it (5 seeds, docs/RESULTS.md section 7); at 4 it cost 0.3
-# points on the short run (28 seeds) and 0.4 on the long one (8 seeds), where plain error
-# feedback is within 0.5 of dist_sync (sections 16 and 17); at 2 it changed nothing (16
-# seeds). Long runs at 8 workers would gain 0.3 without it (10 seeds), but a kvstore
-# cannot tell a long run from a short one.
+# momentum_correction='auto' corrects from this many workers on (why: item 7 above).
+# Long runs at 8 workers would gain 0.3 points without it (10 seeds, docs/RESULTS.md
+# section 17), but a kvstore cannot tell a long run from a short one.
 MOMENTUM_CORRECTION_WORKERS = 8
 
 
