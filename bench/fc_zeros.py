@@ -4,7 +4,8 @@ threshold ``t = fc_scale * mean|acc|``.
 An FC weight's gradient is ``delta^T x`` over the batch: a column is zero when its input
 is zero on every example of the batch (a blank border pixel of a digit; a ReLU unit of
 the layer below that is silent for the whole batch), a row when its unit's delta is. Those
-entries are zero whatever the training does, yet they count in ``mean|acc|``. So the same
+entries count in ``mean|acc|`` (a border pixel's stay zero in ``acc`` too: its residual
+never grows; this tool measures the gradient, not ``acc``). So the same
 ``fc_scale`` gives a layer with half its inputs blank half the threshold, relative to its
 live values, of a layer with none (an MLP on raw pixels against LeNet's tanh features).
 This tool trains one process (no kvstore, plain momentum SGD, one worker's batch) and
