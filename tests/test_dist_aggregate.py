@@ -243,8 +243,8 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
 
 
 @pytest.mark.parametrize('aggregation, workers, servers', [
-    ('server', 2, 2), ('server', 4, 1), ('homomorphic', 2, 1), ('topk', 2, 2),
-    ('adacomp', 2, 2), ('adacomp', 4, 1)])
+    ('server', 2, 2), ('server', 4, 1), ('homomorphic', 2, 1), ('fc', 2, 2),
+    ('topk', 2, 2), ('adacomp', 2, 2), ('adacomp', 4, 1)])
 def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, workers,
                                                servers):
     """``momentum`` (DGC's correction, codecs/momentum.py) in a real job: every worker's
@@ -254,9 +254,10 @@ def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, w
     dist_sync_topk's element top-k and dist_sync_adacomp (a slot partly used: bins of
     100, up to 30 a bin)."""
     from kvx_ref.momentum import (momentum_adacomp_step, momentum_element_topk_step,
-                                  momentum_topk_step)
+                                  momentum_ternary_step, momentum_topk_step)
     kvstore, key = {'topk': ('dist_sync_topk', 'fc'),
-                    'adacomp': ('dist_sync_adacomp', 'fc')}.get(
+                    'adacomp': ('dist_sync_adacomp', 'fc'),
+                    'fc': ('dist_sync_hylo', 'fc')}.get(
                         aggregation, ('dist_sync_hylo', 'conv'))
     if aggregation == 'topk':
         params = {'size_threshold': 100, 'ratio': 0.03, 'momentum': 0.9}
@@ -264,6 +265,9 @@ def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, w
     elif aggregation == 'adacomp':
         params = {'size_threshold': 100, 'bin_fc': 100, 'max_per_bin': 30, 'momentum': 0.9}
         codec = AdaComp(**params).codec_for(job.SHAPES[key], np.float32)
+    elif aggregation == 'fc':
+        params = dict(PARAMS, momentum=0.9, fc_momentum_correction='on',
+                      chunk_size=1 << 20)
     else:
         params = dict(PARAMS, momentum=0.9, momentum_correction='on', chunk_size=1 << 20,
                       aggregation=aggregation)
@@ -287,6 +291,11 @@ def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, w
                 [g.reshape(-1) for g in grads], residuals, velocities, delivered, codec.bin,
                 codec.capacity, 0.9)
             want = want.reshape(grads[0].shape)
+        elif aggregation == 'fc':
+            want, delivered, residuals, velocities = momentum_ternary_step(
+                [g.reshape(-1) for g in grads], residuals, velocities, delivered,
+                PARAMS['fc_scale'], 0.9)
+            want = want.reshape(grads[0].shape)
         elif aggregation == 'server':
             want, delivered, residuals, velocities = momentum_topk_step(
                 grads, residuals, velocities, delivered, k, 0.9)
@@ -296,7 +305,7 @@ def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, w
         for out in outs:
             np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
                                        err_msg='step %d' % step)
-        if aggregation == 'adacomp':        # each worker's own residual, as the spec's
+        if aggregation in ('adacomp', 'fc'):   # each worker's own residual, as the spec's
             for w, run in enumerate(runs):
                 got = run['res/%s/%d' % (key, step)].reshape(-1)
                 np.testing.assert_allclose(got, residuals[w].reshape(-1), rtol=1e-5,

@@ -1,5 +1,6 @@
 """DGC's momentum correction (``momentum`` > 0, codecs/momentum.py): Hylo's conv top-k,
-dist_sync_topk's element top-k and dist_sync_adacomp (codecs/adacomp.py)
+Hylo's FC ternary (the velocity coded, never masked), dist_sync_topk's element top-k
+and dist_sync_adacomp (codecs/adacomp.py)
 against its NumPy spec (python/kvx_ref/momentum.py), in one process; and the claim the
 codec makes: an SGD optimizer with momentum m fed its output moves the weights by
 exactly -lr times the sum of the sent velocities (DGC's update)."""
@@ -8,8 +9,10 @@ import pytest
 import mxnet as mx
 
 from kvx_ref.momentum import momentum_topk_step
-from kvstore_ext.codecs import (FilterTopKCodec, MomentumAdditiveTopKCodec,
-                                MomentumElementTopKCodec, MomentumTopKCodec)
+from kvstore_ext.codecs import (AdditiveTernaryCodec, FilterTopKCodec,
+                                MomentumAdditiveTernaryCodec, MomentumAdditiveTopKCodec,
+                                MomentumElementTopKCodec, MomentumTernaryCodec,
+                                MomentumTopKCodec, TernaryCodec)
 
 SHAPE = (16, 8, 3, 3)
 PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9,
@@ -407,3 +410,142 @@ def test_adacomp_momentum_off_by_default():
         adacomp_store(momentum=1.0)
     with pytest.raises(ValueError, match='momentum'):
         MomentumAdaCompCodec((5000,), 500, 3.0, momentum=0.0)
+
+
+FC_SHAPE = (48, 40)
+
+
+def fc_store(**extra):
+    return store(fc_momentum_correction='on', **extra)
+
+
+@pytest.mark.parametrize('chunk_size', [1 << 20, 1024])
+def test_fc_server_steps_match_the_reference(chunk_size):
+    """Hylo's FC ternary coding the velocity: each chunk's steps as the spec's, the
+    velocity never masked."""
+    from kvx_ref.momentum import momentum_ternary_step
+    kv = fc_store(chunk_size=chunk_size)
+    chunks = None
+    for step in range(5):
+        g, out, state, chunks = push_fc(kv, step, FC_SHAPE, chunks)
+        want = replay_chunks(g, chunks, lambda i, codec, piece, residual, velocity, delivered:
+                             momentum_ternary_step([piece], [residual], [velocity],
+                                                   delivered, 2.0, 0.9))
+        np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-6, atol=1e-7)
+        for i, part in enumerate(chunks):
+            kept = kv._memory._arrays['fc']['%d.velocity' % i].asnumpy().reshape(-1)
+            np.testing.assert_allclose(kept, part[3], rtol=1e-6, atol=1e-7)
+    assert all(type(c.codec) is MomentumTernaryCodec for c in state.chunks)
+    assert len(state.chunks) == (2 if chunk_size == 1024 else 1)
+    assert 'no masking' in state.chunks[0].codec.describe()
+
+
+def test_fc_homomorphic_steps_match_the_reference():
+    """One worker, agreement by round: the agreed t is its own, so the spec holds."""
+    from kvx_ref.momentum import momentum_ternary_step
+    kv = fc_store(aggregation='homomorphic', agreement='round')
+    residual = velocity = delivered = None
+    for step in range(5):
+        g = grad(step, FC_SHAPE)
+        out = mx.nd.array(g)
+        kv.pushpull('fc', out)
+        want, delivered, (residual,), (velocity,) = momentum_ternary_step(
+            [g.reshape(-1)], [residual], [velocity], delivered, 2.0, 0.9)
+        np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-6, atol=1e-7)
+        # the additive encoder forms acc - code * v in another order: float rounding
+        np.testing.assert_allclose(kv._keys['fc'].residual.asnumpy().reshape(-1),
+                                   residual, rtol=1e-6, atol=1e-7)
+    assert type(kv._keys['fc'].chunks[0].codec) is MomentumAdditiveTernaryCodec
+
+
+def test_fc_sgd_momentum_on_the_output_applies_the_sent_velocities():
+    """Weights moved by MXNet's SGD (momentum 0.9) fed the store's output equal weights
+    moved by plain SGD fed S, the sum of the sent (never masked) velocities."""
+    from kvx_ref.momentum import momentum_ternary_step
+    kv = fc_store()
+    lr, m = 0.1, 0.9
+    with_momentum = mx.nd.zeros(FC_SHAPE)
+    plain = np.zeros(FC_SHAPE[0] * FC_SHAPE[1], np.float32)
+    sgd = mx.optimizer.SGD(learning_rate=lr, momentum=m)
+    state = sgd.create_state(0, with_momentum)
+    residual = velocity = delivered = None
+    for step in range(6):
+        g = grad(step, FC_SHAPE)
+        out = mx.nd.array(g)
+        kv.pushpull('fc', out)
+        sgd.update(0, with_momentum, out, state)
+        _, delivered, (residual,), (velocity,) = momentum_ternary_step(
+            [g.reshape(-1)], [residual], [velocity], delivered, 2.0, m)
+        plain -= lr * delivered
+        np.testing.assert_allclose(with_momentum.asnumpy().reshape(-1), plain,
+                                   rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
+def test_fc_velocity_from_eight_workers(aggregation):
+    """fc_momentum_correction='auto' (the default) codes the FC velocity where the conv
+    correction applies (from 8 workers on); 'on' and 'off' hold at any worker count;
+    momentum 0 turns it off."""
+    from kvstore_ext.schemes import Hylo
+    corrected = {'server': MomentumTernaryCodec,
+                 'homomorphic': MomentumAdditiveTernaryCodec}[aggregation]
+    plain = {'server': TernaryCodec, 'homomorphic': AdditiveTernaryCodec}[aggregation]
+    got = {}
+    for setting in ('auto', 'on', 'off'):
+        scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.9,
+                      fc_momentum_correction=setting)
+        for workers in (1, 4, 7, 8, 64):
+            scheme.num_workers = workers
+            codec = scheme.codec_for(FC_SHAPE, np.float32)
+            assert isinstance(codec, plain)
+            got[setting, workers] = type(codec) is corrected
+    assert got == {('auto', 1): False, ('auto', 4): False, ('auto', 7): False,
+                   ('auto', 8): True, ('auto', 64): True,
+                   **{('on', w): True for w in (1, 4, 7, 8, 64)},
+                   **{('off', w): False for w in (1, 4, 7, 8, 64)}}
+    assert Hylo().params['fc_momentum_correction'] == 'auto'
+    scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.0,
+                  fc_momentum_correction='on')
+    scheme.num_workers = 8
+    assert type(scheme.codec_for(FC_SHAPE, np.float32)) is plain
+
+
+@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
+def test_fc_nan_step_keeps_velocity_and_residual(aggregation):
+    kv = fc_store(aggregation=aggregation)
+    kv.pushpull('fc', mx.nd.array(grad(0, FC_SHAPE)))
+    before = {n: a.asnumpy().copy() for n, a in kv._memory._arrays['fc'].items()}
+    bad = grad(1, FC_SHAPE)
+    bad[3, 5] = np.inf
+    out = mx.nd.array(bad)
+    kv.pushpull('fc', out)
+    assert np.isnan(out.asnumpy()).all()
+    kv._resolve_pending()
+    after = {n: a.asnumpy() for n, a in kv._memory._arrays['fc'].items()}
+    assert sorted(before) == sorted(after) and any('velocity' in n for n in after)
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+    clean = fc_store(aggregation=aggregation)
+    clean.pushpull('fc', mx.nd.array(grad(0, FC_SHAPE)))
+    a, b = mx.nd.array(grad(2, FC_SHAPE)), mx.nd.array(grad(2, FC_SHAPE))
+    kv.pushpull('fc', a)
+    clean.pushpull('fc', b)
+    np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+
+
+@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
+def test_fc_checkpoint_keeps_velocity_and_delivered(tmp_path, aggregation):
+    kv = fc_store(aggregation=aggregation)
+    for step in range(2):
+        kv.pushpull('fc', mx.nd.array(grad(step, FC_SHAPE)))
+    path = str(tmp_path / 'state.kvx')
+    kv.save_compression_state(path)
+    names = sorted(kv._memory._arrays['fc'])
+    assert any('velocity' in n for n in names) and any('delivered' in n for n in names)
+    resumed = fc_store(aggregation=aggregation)
+    resumed.load_compression_state(path)
+    for step in range(2, 4):
+        a, b = mx.nd.array(grad(step, FC_SHAPE)), mx.nd.array(grad(step, FC_SHAPE))
+        kv.pushpull('fc', a)
+        resumed.pushpull('fc', b)
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())

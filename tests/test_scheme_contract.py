@@ -53,16 +53,19 @@ def run(kv, steps):
 
 def momentum_variants():
     """'<type>:<param>=0.9' for every momentum parameter of every scheme (with
-    ',<prefix>momentum_correction=on' where the scheme, or dad's fallback, applies it by
-    worker count: this store has one worker)."""
+    ',<prefix>momentum_correction=on' and ',<prefix>fc_momentum_correction=on' where the
+    scheme, or dad's fallback, applies it by worker count: this store has one worker)."""
     out = []
     for scheme in sorted(kvstore_ext.SCHEMES):
         params = kvstore_ext.SCHEMES[scheme]().params
         for p in params:
             if p == 'momentum' or p.endswith('.momentum'):
-                forced = p[:-len('momentum')] + 'momentum_correction'
-                out.append('dist_sync_%s:%s=0.9%s' % (
-                    scheme, p, ',%s=on' % forced if forced in params else ''))
+                prefix = p[:-len('momentum')]
+                forced = ''.join(',%s=on' % q for q in sorted(params)
+                                 if q.startswith(prefix) and
+                                 q[len(prefix):] in ('momentum_correction',
+                                                     'fc_momentum_correction'))
+                out.append('dist_sync_%s:%s=0.9%s' % (scheme, p, forced))
     return out
 
 

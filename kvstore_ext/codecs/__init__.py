@@ -8,7 +8,8 @@ from .adacomp import AdaCompCodec  # noqa: F401
 from .element_topk import ElementTopKCodec  # noqa: F401
 from .fp16 import Float16Codec  # noqa: F401
 from .momentum import (MomentumTopKCodec, MomentumAdditiveTopKCodec,  # noqa: F401
-                       MomentumElementTopKCodec)
+                       MomentumElementTopKCodec, MomentumTernaryCodec,
+                       MomentumAdditiveTernaryCodec)
 from .thc import ThcCodec  # noqa: F401
 from .powersgd import PowerSGDCodec  # noqa: F401
 from .outer import OuterCodec  # noqa: F401

@@ -19,11 +19,22 @@ previous S, the same on every worker), both checkpointed. Hylo's conv top-k in b
 aggregation modes: ``MomentumTopKCodec`` (server-decoded, each worker's own filters)
 and ``MomentumAdditiveTopKCodec`` (homomorphic, the agreed filters); and
 ``MomentumElementTopKCodec``, the element top-k of ``dist_sync_topk``.
+
+Hylo's FC ternary codes the velocity too, *without* masking (``MomentumTernaryCodec``,
+``MomentumAdditiveTernaryCodec``): error feedback on the velocity, as in
+error-compensated momentum SGD, so that the weights move by the sent velocities, which
+add up to momentum SGD's steps, only later. Every FC value is coded each step and
+waits a few steps at most, so the stale momentum that masking guards a top-k against
+barely arises; masked, the FC layers of an MLP trained 48 steps by 8 workers learned
+too slowly (a train loss of 0.48 against 0.37) and ended a point below ``dist_sync``
+(docs/RESULTS.md section 20).
 """
 import numpy as np
 
 from .additive import AdditiveTopKCodec
 from .element_topk import ElementTopKCodec
+from .additive import AdditiveTernaryCodec
+from .ternary import TernaryCodec
 from .topk import FilterTopKCodec
 from ..wire import HEADER_WORDS, element_topk_index_words
 
@@ -34,7 +45,8 @@ class MomentumCorrection:
     velocity, returning (the summed result, the indices of the ``chunk_layout`` rows
     sent: filters, or elements)). An index equal to the number of rows stands for
     nothing sent, so that a codec whose fixed-size payload holds fewer entries than it
-    has room for (AdaComp's slot) can return one index per entry without a sync."""
+    has room for (AdaComp's slot) can return one index per entry without a sync; a
+    codec that never masks returns None."""
 
     local_state = ('velocity',)
 
@@ -59,7 +71,7 @@ class MomentumCorrection:
         velocity = self._next_velocity(grad, state)
         # a NaN/Inf raises in the encoder, before the residual or the velocity changes
         total, sent = yield from self.corrected_round(velocity, state, num_workers, rank)
-        if self.masking and sent.size:
+        if self.masking and sent is not None and sent.size:
             # rows of chunk_layout: filters, or single elements (element top-k); row
             # ``rows`` is the padding's (nothing sent), cut off after the scatter
             rows = self.chunk_layout()[0]
@@ -144,3 +156,39 @@ class MomentumElementTopKCodec(MomentumCorrection, ElementTopKCodec):
         if width == 3:                # index = low word + high word * 2**24
             sent = sent + ndarray.cast(entries[:, 1], 'int64') * (1 << 24)
         return total, sent
+
+
+class MomentumTernaryCodec(MomentumCorrection, TernaryCodec):
+    """Server-decoded FC: each worker codes its velocity + residual; never masked."""
+
+    def __init__(self, shape, scale=1.0, threshold=0.0, value='t', compressed_reply=False,
+                 momentum=0.9):
+        super().__init__(shape, scale, threshold, value, compressed_reply)
+        self._check_momentum(momentum, False)
+
+    def chunk(self, start, stop):
+        return type(self)((stop - start,), self.scale, self.threshold, self.value,
+                          self.compressed_reply, self.momentum)
+
+    def corrected_round(self, velocity, state, num_workers, rank):
+        total = yield self.gather(self.encode(velocity, state.residual))
+        return total, None
+
+
+class MomentumAdditiveTernaryCodec(MomentumCorrection, AdditiveTernaryCodec):
+    """Homomorphic FC: the agreed t over the workers' velocity + residual; never
+    masked."""
+
+    def __init__(self, shape, scale=1.0, threshold=0.0, agreement='previous', value='t',
+                 momentum=0.9):
+        super().__init__(shape, scale, threshold, agreement, value)
+        self._check_momentum(momentum, False)
+
+    def chunk(self, start, stop):
+        return type(self)((stop - start,), self.scale, self.threshold, self.agreement,
+                          self.value, self.momentum)
+
+    def corrected_round(self, velocity, state, num_workers, rank):
+        total = yield from AdditiveTernaryCodec.step(self, velocity, state, num_workers,
+                                                     rank)
+        return total, None

@@ -77,6 +77,15 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    long one (8), and without it Hylo is within 0.5 points of `dist_sync` in both modes;
    at 2 workers it changes nothing (16 seeds); at 8 workers the 48-step run loses 5.8
    points without it (5 seeds).
+8. **FC momentum** (``fc_momentum_correction``, with ``momentum`` > 0): the FC ternary
+   codes the worker's velocity ``u = m u + grad`` instead of its gradient, with error
+   feedback on ``u`` and no masking, and the step returns ``S - m S_prev`` as the conv
+   correction does (codecs/momentum.py). Why: with plain error feedback a value that
+   waits reaches the optimizer as a lump whose momentum tail follows; an MLP trained 48
+   steps by 8 workers learned more slowly than ``dist_sync`` (train loss 0.39 against
+   0.36) and ended 0.7 points below it, 2-5 points on one seed in six. Coding the
+   velocity follows ``dist_sync`` seed by seed (docs/RESULTS.md section 20). 'auto' (the
+   default) applies it where the conv correction applies, from 8 workers on.
 """
 import math
 
@@ -84,7 +93,8 @@ import numpy as np
 
 from .base import Scheme
 from ..codecs import (FilterTopKCodec, MomentumTopKCodec, MomentumAdditiveTopKCodec,
-                      TernaryCodec, AdditiveTernaryCodec, AdditiveTopKCodec)
+                      TernaryCodec, AdditiveTernaryCodec, AdditiveTopKCodec,
+                      MomentumTernaryCodec, MomentumAdditiveTernaryCodec)
 from ..params import Param
 
 # agreement='auto' takes 'conv_round' from this many workers on: at 8 workers the round
@@ -141,7 +151,7 @@ class Hylo(Scheme):
                                    'exponentially from 1 (all filters, float32) to its '
                                    'target, re-planned every step', low=0),
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
-                          'correction of the conv top-k (0: off)',
+                          'correction of the conv top-k and the FC velocity coding (0: off)',
                           low=0, high=0.999),
         'momentum_correction': Param('str', 'auto', "with momentum > 0: where DGC's "
                                      "momentum correction applies: 'on', 'off' (plain "
@@ -151,6 +161,12 @@ class Hylo(Scheme):
         'momentum_masking': Param('str', 'on', "with momentum: DGC's factor masking, a "
                                   "filter's velocity zeroed when it is sent ('on') or kept "
                                   "('off')", choices=('on', 'off')),
+        'fc_momentum_correction': Param('str', 'auto', "with momentum > 0: whether the "
+                                        "FC ternary codes the worker's velocity (u = m u + "
+                                        "grad, error feedback on u, no masking): 'on', "
+                                        "'off' (the gradient) or 'auto' ('on' from %d "
+                                        "workers on)" % MOMENTUM_CORRECTION_WORKERS,
+                                        choices=('auto', 'on', 'off')),
         'compress_layers': Param('str', 'all', "diagnostic (ablations): which large "
                                  "tensors are compressed ('all', 'conv' only, 'fc' only); "
                                  "the others go float32", choices=('all', 'conv', 'fc')),
@@ -228,14 +244,14 @@ class Hylo(Scheme):
             return 'round', 'previous'
         return mode, mode
 
-    def corrects_momentum(self):
+    def corrects_momentum(self, setting='momentum_correction'):
         """Whether the conv top-k runs DGC's momentum correction (``momentum`` > 0 and
-        ``momentum_correction`` on, or 'auto' with enough workers)."""
+        ``momentum_correction`` on, or 'auto' with enough workers); with ``setting``
+        'fc_momentum_correction', whether the FC ternary codes the velocity."""
         p = self.params
-        if p['momentum'] <= 0 or p['momentum_correction'] == 'off':
+        if p['momentum'] <= 0 or p[setting] == 'off':
             return False
-        return p['momentum_correction'] == 'on' or \
-            self.num_workers >= MOMENTUM_CORRECTION_WORKERS
+        return p[setting] == 'on' or self.num_workers >= MOMENTUM_CORRECTION_WORKERS
 
     def conv_codec(self, shape, k):
         """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
@@ -255,9 +271,17 @@ class Hylo(Scheme):
         """The ternary codec of an FC (or other large) tensor with t = ``scale`` *
         mean|acc| (or ``fc_threshold``), in this aggregation mode."""
         p = self.params
+        velocity = self.corrects_momentum('fc_momentum_correction')
         if p['aggregation'] == 'homomorphic':
             agreement = self.agreements()[1]
+            if velocity:
+                return MomentumAdditiveTernaryCodec(shape, scale, p['fc_threshold'],
+                                                    agreement, p['fc_value'], p['momentum'])
             return AdditiveTernaryCodec(shape, scale, p['fc_threshold'], agreement,
                                         p['fc_value'])
+        compressed = p['pull'] == 'compressed'
+        if velocity:
+            return MomentumTernaryCodec(shape, scale, p['fc_threshold'], p['fc_value'],
+                                        compressed, p['momentum'])
         return TernaryCodec(shape, scale=scale, threshold=p['fc_threshold'],
-                            value=p['fc_value'], compressed_reply=p['pull'] == 'compressed')
+                            value=p['fc_value'], compressed_reply=compressed)

@@ -3,7 +3,8 @@ Gradient Compression", ICLR 2018) around a top-k codec, delivered through an opt
 that keeps its own momentum (kvstore_ext/codecs/momentum.py): Hylo's conv top-k
 (``momentum_topk_step``), dist_sync_topk's element top-k
 (``momentum_element_topk_step``) and dist_sync_adacomp's selection
-(``momentum_adacomp_step``).
+(``momentum_adacomp_step``); and Hylo's FC ternary coding the velocity without masking
+(``momentum_ternary_step``).
 
 One step, over workers w, with the optimizer's momentum m:
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from .codecs import (adacomp_decode, adacomp_encode, adacomp_entry_words,
                      element_topk_decode, element_topk_encode, element_topk_index_words,
-                     topk_decode, topk_encode)
+                     ternary_decode, ternary_encode, topk_decode, topk_encode)
 from .wire import HEADER_WORDS
 
 f32 = np.float32
@@ -93,3 +94,14 @@ def momentum_adacomp_step(grads, residuals, velocities, delivered, bin_len, capa
     return _step(grads, residuals, velocities, delivered, m, masking,
                  lambda u, r: adacomp_encode(u, r, bin_len, capacity), decode,
                  sent_elements)
+
+
+def momentum_ternary_step(grads, residuals, velocities, delivered, scale, m, value='round'):
+    """The same for Hylo's FC ternary (a 1-D chunk, t = ``scale`` * mean|u + residual|,
+    v by ``value``): every value is coded, none masked, so the velocity is never
+    zeroed."""
+    def nothing_masked(payload, grad):
+        return grad.size, np.zeros(0, np.int64)
+    return _step(grads, residuals, velocities, delivered, m, False,
+                 lambda u, r: ternary_encode(u, r, scale, value=value), ternary_decode,
+                 nothing_masked)
