@@ -26,7 +26,7 @@ error-compensated momentum SGD, so that the weights move by the sent velocities,
 add up to momentum SGD's steps, only later. Every FC value is coded each step and
 waits a few steps at most, so the stale momentum that masking guards a top-k against
 barely arises; masked, the FC layers of an MLP trained 48 steps by 8 workers learned
-too slowly (a train loss of 0.48 against 0.37) and ended a point below ``dist_sync``
+too slowly (a train loss of 0.48 against 0.36) and ended a point below ``dist_sync``
 (docs/RESULTS.md section 20).
 """
 import numpy as np
