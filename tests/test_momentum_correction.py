@@ -148,47 +148,56 @@ def test_off_by_default():
         MomentumTopKCodec(SHAPE, 4, momentum=0.0)
 
 
+# each layer kind with its correction on: (key, shape, the store's extra parameters)
+LAYERS = {'conv': ('conv', SHAPE, {}),
+          'fc': ('fc', (48, 40), {'fc_momentum_correction': 'on'})}
+
+
+@pytest.mark.parametrize('layer', sorted(LAYERS))
 @pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
-def test_nan_step_keeps_velocity_and_residual(aggregation):
-    kv = store(aggregation=aggregation)
-    kv.pushpull('conv', mx.nd.array(grad(0)))
-    state = kv._keys['conv']
-    before = {n: a.asnumpy().copy() for n, a in kv._memory._arrays['conv'].items()}
-    bad = grad(1)
-    bad[3, 0, 0, 0] = np.nan
+def test_nan_step_keeps_velocity_and_residual(aggregation, layer):
+    key, shape, extra = LAYERS[layer]
+    kv = store(aggregation=aggregation, **extra)
+    kv.pushpull(key, mx.nd.array(grad(0, shape)))
+    state = kv._keys[key]
+    before = {n: a.asnumpy().copy() for n, a in kv._memory._arrays[key].items()}
+    bad = grad(1, shape)
+    bad.reshape(-1)[7] = np.nan
     out = mx.nd.array(bad)
-    kv.pushpull('conv', out)
+    kv.pushpull(key, out)
     assert np.isnan(out.asnumpy()).all()
     kv._resolve_pending()   # server mode reads the encoder's status after the push
-    after = {n: a.asnumpy() for n, a in kv._memory._arrays['conv'].items()}
-    assert sorted(before) == sorted(after)
+    after = {n: a.asnumpy() for n, a in kv._memory._arrays[key].items()}
+    assert sorted(before) == sorted(after) and any('velocity' in n for n in after)
     for name in before:
         np.testing.assert_array_equal(before[name], after[name], err_msg=name)
     assert state.residual is not None
     # the next step continues as if the NaN step had not happened
-    clean = store(aggregation=aggregation)
-    clean.pushpull('conv', mx.nd.array(grad(0)))
-    a, b = mx.nd.array(grad(2)), mx.nd.array(grad(2))
-    kv.pushpull('conv', a)
-    clean.pushpull('conv', b)
+    clean = store(aggregation=aggregation, **extra)
+    clean.pushpull(key, mx.nd.array(grad(0, shape)))
+    a, b = mx.nd.array(grad(2, shape)), mx.nd.array(grad(2, shape))
+    kv.pushpull(key, a)
+    clean.pushpull(key, b)
     np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
+@pytest.mark.parametrize('layer', sorted(LAYERS))
 @pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
-def test_checkpoint_keeps_velocity_and_delivered(tmp_path, aggregation):
-    kv = store(aggregation=aggregation)
+def test_checkpoint_keeps_velocity_and_delivered(tmp_path, aggregation, layer):
+    key, shape, extra = LAYERS[layer]
+    kv = store(aggregation=aggregation, **extra)
     for step in range(2):
-        kv.pushpull('conv', mx.nd.array(grad(step)))
+        kv.pushpull(key, mx.nd.array(grad(step, shape)))
     path = str(tmp_path / 'state.kvx')
     kv.save_compression_state(path)
-    names = sorted(kv._memory._arrays['conv'])
+    names = sorted(kv._memory._arrays[key])
     assert any('velocity' in n for n in names) and any('delivered' in n for n in names)
-    resumed = store(aggregation=aggregation)
+    resumed = store(aggregation=aggregation, **extra)
     resumed.load_compression_state(path)
     for step in range(2, 4):
-        a, b = mx.nd.array(grad(step)), mx.nd.array(grad(step))
-        kv.pushpull('conv', a)
-        resumed.pushpull('conv', b)
+        a, b = mx.nd.array(grad(step, shape)), mx.nd.array(grad(step, shape))
+        kv.pushpull(key, a)
+        resumed.pushpull(key, b)
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
@@ -508,44 +517,3 @@ def test_fc_velocity_from_eight_workers(aggregation):
                   fc_momentum_correction='on')
     scheme.num_workers = 8
     assert type(scheme.codec_for(FC_SHAPE, np.float32)) is plain
-
-
-@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
-def test_fc_nan_step_keeps_velocity_and_residual(aggregation):
-    kv = fc_store(aggregation=aggregation)
-    kv.pushpull('fc', mx.nd.array(grad(0, FC_SHAPE)))
-    before = {n: a.asnumpy().copy() for n, a in kv._memory._arrays['fc'].items()}
-    bad = grad(1, FC_SHAPE)
-    bad[3, 5] = np.inf
-    out = mx.nd.array(bad)
-    kv.pushpull('fc', out)
-    assert np.isnan(out.asnumpy()).all()
-    kv._resolve_pending()
-    after = {n: a.asnumpy() for n, a in kv._memory._arrays['fc'].items()}
-    assert sorted(before) == sorted(after) and any('velocity' in n for n in after)
-    for name in before:
-        np.testing.assert_array_equal(before[name], after[name], err_msg=name)
-    clean = fc_store(aggregation=aggregation)
-    clean.pushpull('fc', mx.nd.array(grad(0, FC_SHAPE)))
-    a, b = mx.nd.array(grad(2, FC_SHAPE)), mx.nd.array(grad(2, FC_SHAPE))
-    kv.pushpull('fc', a)
-    clean.pushpull('fc', b)
-    np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
-
-
-@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
-def test_fc_checkpoint_keeps_velocity_and_delivered(tmp_path, aggregation):
-    kv = fc_store(aggregation=aggregation)
-    for step in range(2):
-        kv.pushpull('fc', mx.nd.array(grad(step, FC_SHAPE)))
-    path = str(tmp_path / 'state.kvx')
-    kv.save_compression_state(path)
-    names = sorted(kv._memory._arrays['fc'])
-    assert any('velocity' in n for n in names) and any('delivered' in n for n in names)
-    resumed = fc_store(aggregation=aggregation)
-    resumed.load_compression_state(path)
-    for step in range(2, 4):
-        a, b = mx.nd.array(grad(step, FC_SHAPE)), mx.nd.array(grad(step, FC_SHAPE))
-        kv.pushpull('fc', a)
-        resumed.pushpull('fc', b)
-        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
