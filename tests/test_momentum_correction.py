@@ -9,10 +9,9 @@ import pytest
 import mxnet as mx
 
 from kvx_ref.momentum import momentum_topk_step
-from kvstore_ext.codecs import (AdditiveTernaryCodec, FilterTopKCodec,
-                                MomentumAdditiveTernaryCodec, MomentumAdditiveTopKCodec,
-                                MomentumElementTopKCodec, MomentumTernaryCodec,
-                                MomentumTopKCodec, TernaryCodec)
+from kvstore_ext.codecs import (FilterTopKCodec, MomentumAdditiveTernaryCodec,
+                                MomentumAdditiveTopKCodec, MomentumElementTopKCodec,
+                                MomentumTernaryCodec, MomentumTopKCodec)
 
 SHAPE = (16, 8, 3, 3)
 PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9,
@@ -72,25 +71,32 @@ def test_what_factor_masking_costs_a_filter_sent_every_step(masking):
     np.testing.assert_allclose(delivered.mean(), want, rtol=0.05)
 
 
-def test_sgd_momentum_on_the_output_applies_the_sent_velocities():
-    """Weights moved by MXNet's SGD (momentum 0.9) fed the store's output equal
-    weights moved by plain SGD fed S, the sum of what was sent."""
-    kv = store()
+def check_sgd_on_output(kv, key, shape, reference, steps=6):
+    """Weights moved by MXNet's SGD (momentum 0.9) fed the store's output equal weights
+    moved by plain SGD fed S, the sum of what was sent: ``reference(codec, grad,
+    residual, velocity, S_prev)`` is the spec's step, which gives S."""
     lr, m = 0.1, 0.9
-    with_momentum = mx.nd.zeros(SHAPE)
-    plain = np.zeros(SHAPE, np.float32)
+    with_momentum = mx.nd.zeros(shape)
+    plain = np.zeros(int(np.prod(shape)), np.float32)
     sgd = mx.optimizer.SGD(learning_rate=lr, momentum=m)
     state = sgd.create_state(0, with_momentum)
     residual = velocity = delivered = None
-    for step in range(6):
-        g = grad(step)
+    for step in range(steps):
+        g = grad(step, shape)
         out = mx.nd.array(g)
-        kv.pushpull('conv', out)
+        kv.pushpull(key, out)
         sgd.update(0, with_momentum, out, state)
-        _, delivered, (residual,), (velocity,) = momentum_topk_step(
-            [g], [residual], [velocity], delivered, 4, m)
-        plain -= lr * delivered
-        np.testing.assert_allclose(with_momentum.asnumpy(), plain, rtol=1e-5, atol=1e-6)
+        _, delivered, (residual,), (velocity,) = reference(
+            kv._keys[key].chunks[0].codec, g, residual, velocity, delivered)
+        plain -= lr * delivered.reshape(-1)
+        np.testing.assert_allclose(with_momentum.asnumpy().reshape(-1), plain, rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_sgd_momentum_on_the_output_applies_the_sent_velocities():
+    """Hylo's conv top-k: the weights move by -lr S (DGC's update)."""
+    check_sgd_on_output(store(), 'conv', SHAPE, lambda codec, g, r, u, d: momentum_topk_step(
+        [g], [r], [u], d, 4, 0.9))
 
 
 @pytest.mark.parametrize('agreement', ['previous', 'round'])
@@ -111,30 +117,40 @@ def test_homomorphic_steps_match_the_reference(agreement):
     assert isinstance(kv._keys['conv'].chunks[0].codec, MomentumAdditiveTopKCodec)
 
 
+# each layer kind's setting and corrected codecs (server, homomorphic)
+CORRECTED = {'conv': ('momentum_correction', SHAPE,
+                      (MomentumTopKCodec, MomentumAdditiveTopKCodec)),
+             'fc': ('fc_momentum_correction', (48, 40),
+                    (MomentumTernaryCodec, MomentumAdditiveTernaryCodec))}
+
+
+@pytest.mark.parametrize('layer', sorted(CORRECTED))
 @pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
-def test_auto_correction_from_eight_workers(aggregation):
-    """momentum_correction='auto' (the default): the conv top-k corrects the momentum
-    from 8 workers on and is plain error feedback below; 'on' and 'off' hold at any
-    worker count; momentum 0 turns it off whatever the setting."""
+def test_auto_correction_from_eight_workers(aggregation, layer):
+    """momentum_correction='auto' (the default) corrects the conv top-k from 8 workers
+    on, and fc_momentum_correction='auto' the FC ternary (its velocity coded); below,
+    plain error feedback; 'on' and 'off' hold at any worker count; momentum 0 turns
+    either off whatever the setting."""
     from kvstore_ext.schemes import Hylo
-    corrected = {'server': MomentumTopKCodec, 'homomorphic': MomentumAdditiveTopKCodec}
+    setting_name, shape, codecs = CORRECTED[layer]
+    corrected = codecs[aggregation == 'homomorphic']
     got = {}
     for setting in ('auto', 'on', 'off'):
         scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.9,
-                      momentum_correction=setting)
+                      **{setting_name: setting})
         for workers in (1, 4, 7, 8, 64):
             scheme.num_workers = workers
-            codec = scheme.codec_for(SHAPE, np.float32)
-            got[setting, workers] = isinstance(codec, corrected[aggregation])
+            got[setting, workers] = isinstance(scheme.codec_for(shape, np.float32),
+                                               corrected)
     assert got == {('auto', 1): False, ('auto', 4): False, ('auto', 7): False,
                    ('auto', 8): True, ('auto', 64): True,
                    **{('on', w): True for w in (1, 4, 7, 8, 64)},
                    **{('off', w): False for w in (1, 4, 7, 8, 64)}}
-    assert Hylo().params['momentum_correction'] == 'auto'
+    assert Hylo().params[setting_name] == 'auto'
     scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.0,
-                  momentum_correction='on')
+                  **{setting_name: 'on'})
     scheme.num_workers = 8
-    assert not isinstance(scheme.codec_for(SHAPE, np.float32), corrected[aggregation])
+    assert not isinstance(scheme.codec_for(shape, np.float32), corrected)
 
 
 def test_off_by_default():
@@ -385,27 +401,10 @@ def test_adacomp_sent_indices(n):
 
 
 def test_adacomp_sgd_momentum_on_the_output_applies_the_sent_velocities():
-    """As for Hylo: MXNet's SGD (momentum 0.9) on the output moves the weights by
-    -lr times S, the decoded sum of what was sent."""
     from kvx_ref.momentum import momentum_adacomp_step
-    kv = adacomp_store()
-    lr, m, shape = 0.1, 0.9, (48, 40)
-    with_momentum = mx.nd.zeros(shape)
-    plain = np.zeros(48 * 40, np.float32)
-    sgd = mx.optimizer.SGD(learning_rate=lr, momentum=m)
-    state = sgd.create_state(0, with_momentum)
-    residual = velocity = delivered = None
-    for step in range(6):
-        g = grad(step, shape)
-        out = mx.nd.array(g)
-        kv.pushpull('fc', out)
-        sgd.update(0, with_momentum, out, state)
-        codec = kv._keys['fc'].chunks[0].codec
-        _, delivered, (residual,), (velocity,) = momentum_adacomp_step(
-            [g.reshape(-1)], [residual], [velocity], delivered, codec.bin, codec.capacity, m)
-        plain -= lr * delivered
-        np.testing.assert_allclose(with_momentum.asnumpy().reshape(-1), plain, rtol=1e-5,
-                                   atol=1e-6)
+    check_sgd_on_output(adacomp_store(), 'fc', (48, 40),
+                        lambda codec, g, r, u, d: momentum_adacomp_step(
+                            [g.reshape(-1)], [r], [u], d, codec.bin, codec.capacity, 0.9))
 
 
 def test_adacomp_momentum_off_by_default():
@@ -468,52 +467,8 @@ def test_fc_homomorphic_steps_match_the_reference():
 
 
 def test_fc_sgd_momentum_on_the_output_applies_the_sent_velocities():
-    """Weights moved by MXNet's SGD (momentum 0.9) fed the store's output equal weights
-    moved by plain SGD fed S, the sum of the sent (never masked) velocities."""
+    """The FC ternary: S is the sum of the sent (never masked) velocities."""
     from kvx_ref.momentum import momentum_ternary_step
-    kv = fc_store()
-    lr, m = 0.1, 0.9
-    with_momentum = mx.nd.zeros(FC_SHAPE)
-    plain = np.zeros(FC_SHAPE[0] * FC_SHAPE[1], np.float32)
-    sgd = mx.optimizer.SGD(learning_rate=lr, momentum=m)
-    state = sgd.create_state(0, with_momentum)
-    residual = velocity = delivered = None
-    for step in range(6):
-        g = grad(step, FC_SHAPE)
-        out = mx.nd.array(g)
-        kv.pushpull('fc', out)
-        sgd.update(0, with_momentum, out, state)
-        _, delivered, (residual,), (velocity,) = momentum_ternary_step(
-            [g.reshape(-1)], [residual], [velocity], delivered, 2.0, m)
-        plain -= lr * delivered
-        np.testing.assert_allclose(with_momentum.asnumpy().reshape(-1), plain,
-                                   rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
-def test_fc_velocity_from_eight_workers(aggregation):
-    """fc_momentum_correction='auto' (the default) codes the FC velocity where the conv
-    correction applies (from 8 workers on); 'on' and 'off' hold at any worker count;
-    momentum 0 turns it off."""
-    from kvstore_ext.schemes import Hylo
-    corrected = {'server': MomentumTernaryCodec,
-                 'homomorphic': MomentumAdditiveTernaryCodec}[aggregation]
-    plain = {'server': TernaryCodec, 'homomorphic': AdditiveTernaryCodec}[aggregation]
-    got = {}
-    for setting in ('auto', 'on', 'off'):
-        scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.9,
-                      fc_momentum_correction=setting)
-        for workers in (1, 4, 7, 8, 64):
-            scheme.num_workers = workers
-            codec = scheme.codec_for(FC_SHAPE, np.float32)
-            assert isinstance(codec, plain)
-            got[setting, workers] = type(codec) is corrected
-    assert got == {('auto', 1): False, ('auto', 4): False, ('auto', 7): False,
-                   ('auto', 8): True, ('auto', 64): True,
-                   **{('on', w): True for w in (1, 4, 7, 8, 64)},
-                   **{('off', w): False for w in (1, 4, 7, 8, 64)}}
-    assert Hylo().params['fc_momentum_correction'] == 'auto'
-    scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.0,
-                  fc_momentum_correction='on')
-    scheme.num_workers = 8
-    assert type(scheme.codec_for(FC_SHAPE, np.float32)) is plain
+    check_sgd_on_output(fc_store(), 'fc', FC_SHAPE,
+                        lambda codec, g, r, u, d: momentum_ternary_step(
+                            [g.reshape(-1)], [r], [u], d, 2.0, 0.9))
