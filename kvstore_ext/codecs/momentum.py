@@ -31,9 +31,8 @@ too slowly (a train loss of 0.48 against 0.36) and ended a point below ``dist_sy
 """
 import numpy as np
 
-from .additive import AdditiveTopKCodec
+from .additive import AdditiveTernaryCodec, AdditiveTopKCodec
 from .element_topk import ElementTopKCodec
-from .additive import AdditiveTernaryCodec
 from .ternary import TernaryCodec
 from .topk import FilterTopKCodec
 from ..wire import HEADER_WORDS, element_topk_index_words
