@@ -14,6 +14,7 @@ from kvstore_ext.codecs import (FilterTopKCodec, MomentumAdditiveTernaryCodec,
                                 MomentumTernaryCodec, MomentumTopKCodec)
 
 SHAPE = (16, 8, 3, 3)
+FC_SHAPE = (48, 40)
 PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9,
           'momentum_correction': 'on'}     # 'auto' corrects from 8 workers; these have 1
 
@@ -120,7 +121,7 @@ def test_homomorphic_steps_match_the_reference(agreement):
 # each layer kind's setting and corrected codecs (server, homomorphic)
 CORRECTED = {'conv': ('momentum_correction', SHAPE,
                       (MomentumTopKCodec, MomentumAdditiveTopKCodec)),
-             'fc': ('fc_momentum_correction', (48, 40),
+             'fc': ('fc_momentum_correction', FC_SHAPE,
                     (MomentumTernaryCodec, MomentumAdditiveTernaryCodec))}
 
 
@@ -166,7 +167,7 @@ def test_off_by_default():
 
 # each layer kind with its correction on: (key, shape, the store's extra parameters)
 LAYERS = {'conv': ('conv', SHAPE, {}),
-          'fc': ('fc', (48, 40), {'fc_momentum_correction': 'on'})}
+          'fc': ('fc', FC_SHAPE, {'fc_momentum_correction': 'on'})}
 
 
 @pytest.mark.parametrize('layer', sorted(LAYERS))
@@ -420,11 +421,8 @@ def test_adacomp_momentum_off_by_default():
         MomentumAdaCompCodec((5000,), 500, 3.0, momentum=0.0)
 
 
-FC_SHAPE = (48, 40)
-
-
 def fc_store(**extra):
-    return store(fc_momentum_correction='on', **extra)
+    return store(**LAYERS['fc'][2], **extra)
 
 
 @pytest.mark.parametrize('chunk_size', [1 << 20, 1024])

@@ -61,10 +61,9 @@ def momentum_variants():
         for p in params:
             if p == 'momentum' or p.endswith('.momentum'):
                 prefix = p[:-len('momentum')]
-                forced = ''.join(',%s=on' % q for q in sorted(params)
-                                 if q.startswith(prefix) and
-                                 q[len(prefix):] in ('momentum_correction',
-                                                     'fc_momentum_correction'))
+                forced = ''.join(',%s%s=on' % (prefix, q)
+                                 for q in ('momentum_correction', 'fc_momentum_correction')
+                                 if prefix + q in params)
                 out.append('dist_sync_%s:%s=0.9%s' % (scheme, p, forced))
     return out
 
