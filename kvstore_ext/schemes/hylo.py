@@ -76,7 +76,14 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    workers the correction cost 0.3 points on the short run (28 seeds) and 0.4 on the
    long one (8), and without it Hylo is within 0.5 points of `dist_sync` in both modes;
    at 2 workers it changes nothing (16 seeds); at 8 workers the 48-step run loses 5.8
-   points without it (5 seeds).
+   points without it (5 seeds). At 8 workers a worker sends a filter again after 1-4
+   steps, so the masking moves conv filters by about a fifth of momentum SGD's step: a
+   damping. The 48-step constant-lr run needs it (masked less, it ends lower); a long
+   cosine run loses half a point to it. There, homomorphic mode with
+   ``momentum_masking='off'`` ends level with ``dist_sync``; server mode, whose
+   workers send different filters, trains unstably on 3 of 16 seeds without it
+   (docs/RESULTS.md section 21). The kvstore cannot see the learning rate's schedule,
+   so 'on' stays the default.
 8. **FC momentum** (``fc_momentum_correction``, with ``momentum`` > 0): the FC ternary
    codes the worker's velocity ``u = m u + grad`` instead of its gradient, with error
    feedback on ``u`` and no masking, and the step returns ``S - m S_prev`` as the conv
@@ -161,8 +168,12 @@ class Hylo(Scheme):
                                      % MOMENTUM_CORRECTION_WORKERS,
                                      choices=('auto', 'on', 'off')),
         'momentum_masking': Param('str', 'on', "with momentum: DGC's factor masking, a "
-                                  "filter's velocity zeroed when it is sent ('on') or kept "
-                                  "('off')", choices=('on', 'off')),
+                                  "filter's velocity zeroed when it is sent ('on': it damps "
+                                  "the conv steps, which a short constant-lr run at 8 "
+                                  "workers needs) or kept ('off': better on long, decaying "
+                                  "schedules in homomorphic mode only; docs/RESULTS.md "
+                                  "section 21)",
+                                  choices=('on', 'off')),
         'fc_momentum_correction': Param('str', 'auto', "with momentum > 0: whether the "
                                         "FC ternary codes the worker's velocity (u = m u + "
                                         "grad, error feedback on u, no masking): 'on', "
