@@ -9,9 +9,10 @@ import pytest
 import mxnet as mx
 
 from kvx_ref.momentum import momentum_topk_step
-from kvstore_ext.codecs import (FilterTopKCodec, MomentumAdditiveTernaryCodec,
-                                MomentumAdditiveTopKCodec, MomentumElementTopKCodec,
-                                MomentumTernaryCodec, MomentumTopKCodec)
+from kvstore_ext.codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterTopKCodec,
+                                MomentumAdditiveTernaryCodec, MomentumAdditiveTopKCodec,
+                                MomentumElementTopKCodec, MomentumTernaryCodec,
+                                MomentumTopKCodec, TernaryCodec)
 
 SHAPE = (16, 8, 3, 3)
 FC_SHAPE = (48, 40)
@@ -118,11 +119,14 @@ def test_homomorphic_steps_match_the_reference(agreement):
     assert isinstance(kv._keys['conv'].chunks[0].codec, MomentumAdditiveTopKCodec)
 
 
-# each layer kind's setting and corrected codecs (server, homomorphic)
+# each layer kind's setting, its corrected codecs and the plain ones they extend
+# (server, homomorphic)
 CORRECTED = {'conv': ('momentum_correction', SHAPE,
-                      (MomentumTopKCodec, MomentumAdditiveTopKCodec)),
+                      (MomentumTopKCodec, MomentumAdditiveTopKCodec),
+                      (FilterTopKCodec, AdditiveTopKCodec)),
              'fc': ('fc_momentum_correction', FC_SHAPE,
-                    (MomentumTernaryCodec, MomentumAdditiveTernaryCodec))}
+                    (MomentumTernaryCodec, MomentumAdditiveTernaryCodec),
+                    (TernaryCodec, AdditiveTernaryCodec))}
 
 
 @pytest.mark.parametrize('layer', sorted(CORRECTED))
@@ -133,16 +137,18 @@ def test_auto_correction_from_eight_workers(aggregation, layer):
     plain error feedback; 'on' and 'off' hold at any worker count; momentum 0 turns
     either off whatever the setting."""
     from kvstore_ext.schemes import Hylo
-    setting_name, shape, codecs = CORRECTED[layer]
+    setting_name, shape, codecs, plain_codecs = CORRECTED[layer]
     corrected = codecs[aggregation == 'homomorphic']
+    plain = plain_codecs[aggregation == 'homomorphic']
     got = {}
     for setting in ('auto', 'on', 'off'):
         scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.9,
                       **{setting_name: setting})
         for workers in (1, 4, 7, 8, 64):
             scheme.num_workers = workers
-            got[setting, workers] = isinstance(scheme.codec_for(shape, np.float32),
-                                               corrected)
+            codec = scheme.codec_for(shape, np.float32)
+            assert isinstance(codec, plain)      # the layer's codec, corrected or not
+            got[setting, workers] = isinstance(codec, corrected)
     assert got == {('auto', 1): False, ('auto', 4): False, ('auto', 7): False,
                    ('auto', 8): True, ('auto', 64): True,
                    **{('on', w): True for w in (1, 4, 7, 8, 64)},
@@ -151,7 +157,7 @@ def test_auto_correction_from_eight_workers(aggregation, layer):
     scheme = Hylo(aggregation=aggregation, size_threshold=100, momentum=0.0,
                   **{setting_name: 'on'})
     scheme.num_workers = 8
-    assert not isinstance(scheme.codec_for(shape, np.float32), corrected)
+    assert type(scheme.codec_for(shape, np.float32)) is plain
 
 
 def test_off_by_default():
@@ -170,16 +176,17 @@ LAYERS = {'conv': ('conv', SHAPE, {}),
           'fc': ('fc', FC_SHAPE, {'fc_momentum_correction': 'on'})}
 
 
+@pytest.mark.parametrize('bad_value', [np.nan, np.inf])
 @pytest.mark.parametrize('layer', sorted(LAYERS))
 @pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
-def test_nan_step_keeps_velocity_and_residual(aggregation, layer):
+def test_nan_step_keeps_velocity_and_residual(aggregation, layer, bad_value):
     key, shape, extra = LAYERS[layer]
     kv = store(aggregation=aggregation, **extra)
     kv.pushpull(key, mx.nd.array(grad(0, shape)))
     state = kv._keys[key]
     before = {n: a.asnumpy().copy() for n, a in kv._memory._arrays[key].items()}
     bad = grad(1, shape)
-    bad.reshape(-1)[7] = np.nan
+    bad.reshape(-1)[7] = bad_value
     out = mx.nd.array(bad)
     kv.pushpull(key, out)
     assert np.isnan(out.asnumpy()).all()
