@@ -113,6 +113,7 @@ class CompressedKVStore(KVStoreBase):
         self._stats = CommStats()
         self._nan = None            # a 1-element NaN array (_deferred_step)
         self._settled = 0           # the last step at which the scheme settled (settle)
+        self._learning_rate = None  # reads the optimizer's learning rate (follow_...)
 
     # -- identity -------------------------------------------------------------------
     @property
@@ -161,6 +162,37 @@ class CompressedKVStore(KVStoreBase):
                              'kvstore_ext the scheme is the kvstore type (%s); %s'
                              % (kind, self.type, self.scheme_class.name, ', '.join(ours), use))
         self._scheme = self.scheme_class(**params)
+        self._scheme.learning_rate = self._learning_rate
+
+    def follow_learning_rate(self, source):
+        """Let the scheme read the optimizer's current learning rate at every step:
+        ``source`` is a Gluon ``Trainer`` or an MXNet ``Optimizer`` (their
+        ``learning_rate``, which follows an ``lr_scheduler`` and ``set_learning_rate``),
+        or a function returning it. Why: the optimizer runs on the workers, outside the
+        kvstore, and Hylo's conv masking damps less as the rate decays
+        (``momentum_masking='auto'``). Before the first pushpull; the project's scripts
+        call it with their trainer."""
+        if any(state.codec is not None for state in self._keys.values()):
+            raise RuntimeError('follow_learning_rate must be called before the first '
+                               'pushpull: the codecs already exist')
+        if callable(source):
+            read = source
+        elif hasattr(source, 'learning_rate'):
+            def read():
+                return source.learning_rate
+        else:
+            raise TypeError('follow_learning_rate takes a Gluon Trainer, an MXNet Optimizer '
+                            'or a function returning the learning rate, got %r' % (source,))
+        try:
+            lr = float(read())
+        except (TypeError, ValueError) as e:
+            raise TypeError('follow_learning_rate: the learning rate of %r is not a number '
+                            '(%s)' % (source, e))
+        if not 0 <= lr < float('inf'):
+            raise ValueError('follow_learning_rate: the learning rate of %r is %r, not a '
+                             'finite number >= 0' % (source, lr))
+        self._learning_rate = read
+        self._scheme.learning_rate = read
 
     def set_optimizer(self, optimizer):
         raise NotImplementedError(

@@ -42,6 +42,10 @@ def run(args, name, check_data, make_data, make_net, classes=None, label_smoothi
         if args.mode == 'hybrid':
             net.hybridize(static_alloc=True, static_shape=True)
         trainer = make_trainer(net, kv, args, data.batches_per_epoch)
+        if hasattr(kv, 'follow_learning_rate'):
+            # the optimizer runs here, not in the kvstore: let the scheme read its rate
+            # (Hylo's conv masking follows it)
+            kv.follow_learning_rate(trainer)
         ckpt = Checkpoints(args.save_dir, name, kv.rank) if args.save_dir else None
         start, history = 0, []
         if ckpt:

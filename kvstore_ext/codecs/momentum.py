@@ -14,6 +14,11 @@ holds ``S`` (times -lr) and moves the weights by exactly ``-lr S``. Weight decay
 goes through the optimizer's momentum; a changing learning rate leaves an error of
 ``m (lr_t - lr_(t-1)) S_prev``, which decays by m a step.
 
+How much masking removes (``masking``): all of a sent row's velocity (True, DGC's
+rule), none (False), or a share that a callable returns at each step:
+``LearningRateShare``, the learning rate over its peak so far, so that a run whose
+learning rate decays masks less as it goes (docs/RESULTS.md section 22).
+
 State: ``velocity`` (this worker's own: a void step keeps it) and ``delivered`` (the
 previous S, the same on every worker), both checkpointed. Hylo's conv top-k in both
 aggregation modes: ``MomentumTopKCodec`` (server-decoded, each worker's own filters)
@@ -38,6 +43,29 @@ from .topk import FilterTopKCodec
 from ..wire import HEADER_WORDS, element_topk_index_words
 
 
+class LearningRateShare:
+    """The masking that follows the learning rate: called at a step, the optimizer's
+    current learning rate over its peak so far (1 at the peak, as DGC masks; towards 0
+    as a schedule decays). Why: at 8 workers Hylo's conv filters are resent after 1-4
+    steps, so the masking damps their steps to about a fifth of momentum SGD's; a
+    48-step run at a constant rate needs that damping, a long cosine run loses half a
+    point to it once the rate has decayed (docs/RESULTS.md sections 21, 22).
+
+    ``read``: returns the current learning rate (``store.follow_learning_rate``). A
+    value that is not a finite number >= 0 masks fully. ``peak`` is saved with
+    checkpoints (the scheme's state), so a resumed run masks as it would have."""
+
+    def __init__(self, read, peak=0.0):
+        self.read, self.peak = read, float(peak)
+
+    def __call__(self):
+        lr = float(self.read())
+        if not 0 <= lr < float('inf'):
+            return 1.0
+        self.peak = max(self.peak, lr)
+        return lr / self.peak if self.peak > 0 else 1.0
+
+
 class MomentumCorrection:
     """The correction around a top-k codec's step (a mixin before the codec class):
     subclasses define ``corrected_round`` (a generator: the codec's rounds on the
@@ -52,7 +80,14 @@ class MomentumCorrection:
     def _check_momentum(self, momentum, masking):
         if not 0 < float(momentum) < 1:
             raise ValueError('momentum must be in (0, 1), got %r' % (momentum,))
-        self.momentum, self.masking = float(momentum), bool(masking)
+        self.momentum = float(momentum)
+        self.masking = masking if callable(masking) else bool(masking)
+
+    def masked_share(self):
+        """The share of a sent row's velocity this step's masking removes, in [0, 1]."""
+        if callable(self.masking):
+            return min(max(float(self.masking()), 0.0), 1.0)
+        return 1.0 if self.masking else 0.0
 
     def state_shapes(self):
         return dict(super().state_shapes(), velocity=self.shape, delivered=self.shape)
@@ -70,11 +105,12 @@ class MomentumCorrection:
         velocity = self._next_velocity(grad, state)
         # a NaN/Inf raises in the encoder, before the residual or the velocity changes
         total, sent = yield from self.corrected_round(velocity, state, num_workers, rank)
-        if self.masking and sent is not None and sent.size:
+        share = self.masked_share()
+        if share > 0 and sent is not None and sent.size:
             # rows of chunk_layout: filters, or single elements (element top-k); row
             # ``rows`` is the padding's (nothing sent), cut off after the scatter
             rows = self.chunk_layout()[0]
-            hit = ndarray.scatter_nd(ndarray.ones((sent.size,), dtype=np.float32),
+            hit = ndarray.scatter_nd(ndarray.full((sent.size,), share, dtype=np.float32),
                                      sent.reshape((1, -1)), shape=(rows + 1,))[:rows]
             velocity = ndarray.broadcast_mul(velocity.reshape((rows, -1)),
                                              (1 - hit).reshape((rows, 1))).reshape(self.shape)
@@ -89,8 +125,9 @@ class MomentumCorrection:
         return total - self.momentum * previous
 
     def describe(self):
-        return '%s, momentum correction %g%s' % (super().describe(), self.momentum,
-                                                  '' if self.masking else ', no masking')
+        masking = ('' if self.masking is True else ', no masking' if self.masking is False
+                   else ', masking follows the learning rate')
+        return '%s, momentum correction %g%s' % (super().describe(), self.momentum, masking)
 
 
 class MomentumTopKCodec(MomentumCorrection, FilterTopKCodec):

@@ -101,9 +101,9 @@ import math
 import numpy as np
 
 from .base import Scheme
-from ..codecs import (FilterTopKCodec, MomentumTopKCodec, MomentumAdditiveTopKCodec,
-                      TernaryCodec, AdditiveTernaryCodec, AdditiveTopKCodec,
-                      MomentumTernaryCodec, MomentumAdditiveTernaryCodec)
+from ..codecs import (FilterTopKCodec, LearningRateShare, MomentumTopKCodec,
+                      MomentumAdditiveTopKCodec, TernaryCodec, AdditiveTernaryCodec,
+                      AdditiveTopKCodec, MomentumTernaryCodec, MomentumAdditiveTernaryCodec)
 from ..params import Param
 
 # agreement='auto' takes 'conv_round' from this many workers on: at 8 workers the round
@@ -167,13 +167,15 @@ class Hylo(Scheme):
                                      "error feedback) or 'auto' ('on' from %d workers on)"
                                      % MOMENTUM_CORRECTION_WORKERS,
                                      choices=('auto', 'on', 'off')),
-        'momentum_masking': Param('str', 'on', "with momentum: DGC's factor masking, a "
-                                  "filter's velocity zeroed when it is sent ('on': it damps "
-                                  "the conv steps, which a short constant-lr run at 8 "
-                                  "workers needs) or kept ('off': better on long, decaying "
-                                  "schedules in homomorphic mode only; docs/RESULTS.md "
-                                  "section 21)",
-                                  choices=('on', 'off')),
+        'momentum_masking': Param('str', 'auto', "with momentum: DGC's factor masking, "
+                                  "how much of a sent filter's velocity is zeroed: 'on' "
+                                  "(all: it damps the conv steps, which a short "
+                                  "constant-lr run at 8 workers needs), 'off' (none), or "
+                                  "'auto' (the learning rate over its peak so far, when the "
+                                  "store follows the optimizer's learning rate, as the "
+                                  "project's scripts make it do; else 'on'; "
+                                  "docs/RESULTS.md section 22)",
+                                  choices=('auto', 'on', 'off')),
         'fc_momentum_correction': Param('str', 'auto', "with momentum > 0: whether the "
                                         "FC ternary codes the worker's velocity (u = m u + "
                                         "grad, error feedback on u, no masking): 'on', "
@@ -192,6 +194,9 @@ class Hylo(Scheme):
                            % CONV_ROUND_WORKERS,
                            choices=('auto', 'previous', 'round', 'conv_round')),
     }
+
+    _lr_share = None    # the masking that follows the learning rate, once made
+    _lr_peak = 0.0      # its peak from a checkpoint, until it is made
 
     def check(self, params):
         if params['conv_rate_min'] > params['conv_rate_max']:
@@ -266,6 +271,28 @@ class Hylo(Scheme):
             return False
         return p[setting] == 'on' or self.num_workers >= MOMENTUM_CORRECTION_WORKERS
 
+    def masking(self):
+        """The conv codecs' ``masking``: True (all of a sent filter's velocity), False,
+        or, with 'auto' and a known learning rate, the share that follows it (one
+        object for every key, whose peak is the scheme's state)."""
+        mode = self.params['momentum_masking']
+        if mode != 'auto' or self.learning_rate is None:
+            return mode != 'off'
+        if self._lr_share is None:
+            self._lr_share = LearningRateShare(self.learning_rate, self._lr_peak)
+        return self._lr_share
+
+    def state(self):
+        """The masking's learning-rate peak (None when it does not follow one)."""
+        if self._lr_share is None:
+            return None
+        return {'lr_peak': self._lr_share.peak}
+
+    def restore(self, state):
+        self._lr_peak = float((state or {}).get('lr_peak', 0.0))
+        if self._lr_share is not None:
+            self._lr_share.peak = self._lr_peak
+
     def conv_codec(self, shape, k):
         """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
         p = self.params
@@ -273,11 +300,11 @@ class Hylo(Scheme):
             agreement = self.agreements()[0]
             if self.corrects_momentum():
                 return MomentumAdditiveTopKCodec(shape, k, agreement, p['momentum'],
-                                                 p['momentum_masking'] == 'on')
+                                                 self.masking())
             return AdditiveTopKCodec(shape, k, agreement)
         if self.corrects_momentum():
             return MomentumTopKCodec(shape, k, p['pull'] == 'compressed', p['momentum'],
-                                     p['momentum_masking'] == 'on')
+                                     self.masking())
         return FilterTopKCodec(shape, k, p['pull'] == 'compressed')
 
     def fc_codec(self, shape, scale):

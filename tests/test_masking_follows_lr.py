@@ -1,0 +1,224 @@
+"""Hylo's conv masking that follows the learning rate (``momentum_masking='auto'`` with
+``store.follow_learning_rate``): a sent filter's velocity loses the share lr / peak lr
+so far, against the NumPy spec (python/kvx_ref/momentum.py, ``masking`` a share); full
+masking when the rate is not known or does not change; the peak survives a
+checkpoint; the scripts make the store follow their trainer."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import mxnet as mx
+
+from kvx_ref.momentum import momentum_topk_step
+from kvstore_ext.codecs import LearningRateShare, MomentumAdditiveTopKCodec, MomentumTopKCodec
+
+SHAPE = (16, 8, 3, 3)
+K = 4
+PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9,
+          'momentum_correction': 'on'}     # 'auto' corrects from 8 workers; these have 1
+# a schedule that rises (warm-up), decays, comes back and reaches 0
+RATES = [0.02, 0.1, 0.1, 0.05, 0.08, 0.01, 0.0, 0.1]
+
+
+def grad(step):
+    return (np.random.default_rng(step).standard_normal(SHAPE) * 0.1).astype(np.float32)
+
+
+def store(**extra):
+    kv = mx.kv.create('dist_sync_hylo')
+    kv.set_gradient_compression(dict(PARAMS, **extra))
+    return kv
+
+
+class Rate:
+    """A learning rate the test sets between steps (what an optimizer's schedule does)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self):
+        return self.value
+
+
+def velocity_of(kv):
+    return kv._memory._arrays['conv']['0.velocity'].asnumpy()
+
+
+@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
+def test_steps_follow_the_rate_as_the_reference(aggregation):
+    """One worker (homomorphic: agreed by a round, so the agreed filters are its own
+    top-k): each step masks lr / peak of the sent filters' velocity."""
+    rate = Rate(RATES[0])
+    kv = store(aggregation=aggregation, agreement='round')
+    kv.follow_learning_rate(rate)
+    residual = velocity = delivered = None
+    peak = 0.0
+    for step, lr in enumerate(RATES):
+        rate.value = lr
+        peak = max(peak, lr)
+        g = grad(step)
+        out = mx.nd.array(g)
+        kv.pushpull('conv', out)
+        want, delivered, (residual,), (velocity,) = momentum_topk_step(
+            [g], [residual], [velocity], delivered, K, 0.9, lr / peak)
+        np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(velocity_of(kv), velocity, rtol=1e-6, atol=1e-7)
+        if aggregation == 'server':
+            np.testing.assert_array_equal(kv._keys['conv'].residual.asnumpy(), residual)
+    codec = kv._keys['conv'].chunks[0].codec
+    assert isinstance(codec, MomentumTopKCodec if aggregation == 'server'
+                      else MomentumAdditiveTopKCodec)
+    assert isinstance(codec.masking, LearningRateShare)
+    assert codec.describe().endswith('masking follows the learning rate')
+
+
+def test_a_decayed_rate_keeps_the_sent_filters_velocity():
+    """At a quarter of the peak rate, a sent filter keeps three quarters of its
+    velocity; an unsent one all of it."""
+    rate = Rate(0.1)
+    kv = store()
+    kv.follow_learning_rate(rate)
+    kv.pushpull('conv', mx.nd.array(grad(0)))
+    before = velocity_of(kv)
+    rate.value = 0.025
+    g = grad(1)
+    kv.pushpull('conv', mx.nd.array(g))
+    u = (0.9 * before + g).reshape(SHAPE[0], -1)
+    after = velocity_of(kv).reshape(SHAPE[0], -1)
+    kept = np.isclose(after, u, rtol=1e-6, atol=1e-7).all(axis=1)
+    quarter = np.isclose(after, 0.75 * u, rtol=1e-5, atol=1e-7).all(axis=1)
+    assert quarter.sum() == K and kept.sum() == SHAPE[0] - K
+
+
+@pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
+def test_a_constant_rate_masks_exactly_as_on(aggregation):
+    """A constant schedule (the short runs) leaves 'auto' bit-identical to 'on'."""
+    on = store(aggregation=aggregation, momentum_masking='on')
+    auto = store(aggregation=aggregation)
+    auto.follow_learning_rate(lambda: 0.05)
+    for step in range(5):
+        a, b = mx.nd.array(grad(step)), mx.nd.array(grad(step))
+        on.pushpull('conv', a)
+        auto.pushpull('conv', b)
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+    np.testing.assert_array_equal(velocity_of(on), velocity_of(auto))
+
+
+def test_auto_without_a_rate_masks_fully_and_off_never():
+    kv = store()
+    kv.pushpull('conv', mx.nd.array(grad(0)))
+    assert kv._keys['conv'].chunks[0].codec.masking is True
+    off = store(momentum_masking='off')
+    off.follow_learning_rate(lambda: 0.05)
+    off.pushpull('conv', mx.nd.array(grad(0)))
+    assert off._keys['conv'].chunks[0].codec.masking is False
+    on = store(momentum_masking='on')
+    on.follow_learning_rate(lambda: 0.05)
+    on.pushpull('conv', mx.nd.array(grad(0)))
+    assert on._keys['conv'].chunks[0].codec.masking is True
+
+
+def test_follows_an_optimizers_schedule_and_a_trainer():
+    """The optimizer's ``learning_rate`` follows its lr_scheduler; the share is it over
+    the peak so far."""
+    schedule = mx.lr_scheduler.CosineScheduler(max_update=10, base_lr=0.1, final_lr=0)
+    sgd = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, lr_scheduler=schedule)
+    kv = store()
+    kv.follow_learning_rate(sgd)
+    share = kv.scheme.masking()
+    assert share() == 1.0
+    sgd.num_update = 5
+    assert share() == pytest.approx(0.5)
+    sgd.num_update = 10
+    assert share() == 0.0
+    net = mx.gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.2})
+    kv = store()
+    kv.follow_learning_rate(trainer)
+    share = kv.scheme.masking()
+    assert share() == 1.0
+    trainer.set_learning_rate(0.05)
+    assert share() == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize('source, error', [
+    (object(), TypeError), ('0.1', TypeError), (lambda: 'fast', TypeError),
+    (lambda: float('nan'), ValueError), (lambda: -0.1, ValueError),
+    (lambda: float('inf'), ValueError)])
+def test_refuses_what_gives_no_learning_rate(source, error):
+    kv = store()
+    with pytest.raises(error, match='follow_learning_rate'):
+        kv.follow_learning_rate(source)
+    assert kv.scheme.learning_rate is None
+
+
+def test_refused_after_the_first_pushpull():
+    kv = store()
+    kv.pushpull('conv', mx.nd.array(grad(0)))
+    with pytest.raises(RuntimeError, match='before the first pushpull'):
+        kv.follow_learning_rate(lambda: 0.1)
+
+
+def test_a_bad_rate_during_training_masks_fully():
+    rate = Rate(0.1)
+    share = LearningRateShare(rate)
+    assert share() == 1.0
+    rate.value = float('nan')
+    assert share() == 1.0
+    rate.value = 0.05
+    assert share() == 0.5
+
+
+@pytest.mark.parametrize('follow_first', [True, False])
+def test_checkpoint_keeps_the_peak(tmp_path, follow_first):
+    """Resumed after the rate has decayed, the masking still measures it against the
+    peak before the save, and steps as the run that went on."""
+    rate = Rate(0.1)
+    kv = store()
+    kv.follow_learning_rate(rate)
+    for step in range(3):
+        kv.pushpull('conv', mx.nd.array(grad(step)))
+        rate.value = 0.1 / (step + 2)
+    path = str(tmp_path / 'state.kvx')
+    kv.save_compression_state(path)
+    resumed = store()
+    if follow_first:
+        resumed.follow_learning_rate(rate)
+        resumed.load_compression_state(path)
+    else:
+        resumed.load_compression_state(path)
+        resumed.follow_learning_rate(rate)
+    for step in range(3, 6):
+        a, b = mx.nd.array(grad(step)), mx.nd.array(grad(step))
+        kv.pushpull('conv', a)
+        resumed.pushpull('conv', b)
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
+        rate.value = 0.1 / (step + 2)
+    np.testing.assert_array_equal(velocity_of(kv), velocity_of(resumed))
+    assert resumed.scheme.masking().peak == 0.1
+
+
+@pytest.mark.parametrize('script, flags', [
+    ('train_mnist.py', ['--log-interval', '0', '--num-batches', '20']),
+    ('train_mnist_module.py', ['--num-batches', '20'])])
+def test_the_scripts_make_the_store_follow_their_optimizer(tmp_path, script, flags):
+    """The Gluon script (one process) hands the store its trainer, the Module script its
+    module's optimizer: the conv codec's masking follows the cosine schedule."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          'gluon_scripts', script)
+    summary = tmp_path / 'summary.json'
+    env = dict(os.environ)
+    env.pop('DMLC_ROLE', None)
+    proc = subprocess.run(
+        [sys.executable, script, '--kvstore', 'dist_sync_hylo', '--num-epochs', '2',
+         '--lr-mode', 'cosine', '--compression-params', '{"momentum_correction": "on"}',
+         '--summary-json', str(summary)] + flags,
+        capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    plan = json.loads(summary.read_text())['codec_plan']
+    conv = [d for d in plan.values() if d.startswith('top')]
+    assert conv and all(d.endswith('masking follows the learning rate') for d in conv), plan
