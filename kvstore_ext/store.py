@@ -170,7 +170,7 @@ class CompressedKVStore(KVStoreBase):
         ``learning_rate``, which follows an ``lr_scheduler`` and ``set_learning_rate``),
         or a function returning it. Why: the optimizer runs on the workers, outside the
         kvstore, and Hylo's conv masking damps less as the rate decays
-        (``momentum_masking='auto'``). Before the first pushpull; the project's scripts
+        (``momentum_masking='lr'``). Before the first pushpull; the project's scripts
         call it with their trainer."""
         if any(state.codec is not None for state in self._keys.values()):
             raise RuntimeError('follow_learning_rate must be called before the first '

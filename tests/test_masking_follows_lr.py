@@ -1,4 +1,4 @@
-"""Hylo's conv masking that follows the learning rate (``momentum_masking='auto'`` with
+"""Hylo's conv masking that follows the learning rate (``momentum_masking='lr'`` with
 ``store.follow_learning_rate``): a sent filter's velocity loses the share lr / peak lr
 so far, against the NumPy spec (python/kvx_ref/momentum.py, ``masking`` a share); full
 masking when the rate is not known or does not change; the peak survives a
@@ -18,7 +18,8 @@ from kvstore_ext.codecs import LearningRateShare, MomentumAdditiveTopKCodec, Mom
 SHAPE = (16, 8, 3, 3)
 K = 4
 PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9,
-          'momentum_correction': 'on'}     # 'auto' corrects from 8 workers; these have 1
+          'momentum_correction': 'on',     # 'auto' corrects from 8 workers; these have 1
+          'momentum_masking': 'lr'}
 # a schedule that rises (warm-up), decays, comes back and reaches 0
 RATES = [0.02, 0.1, 0.1, 0.05, 0.08, 0.01, 0.0, 0.1]
 
@@ -95,22 +96,30 @@ def test_a_decayed_rate_keeps_the_sent_filters_velocity():
 
 @pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
 def test_a_constant_rate_masks_exactly_as_on(aggregation):
-    """A constant schedule (the short runs) leaves 'auto' bit-identical to 'on'."""
+    """A constant schedule (the short runs) leaves 'lr' bit-identical to 'on'."""
     on = store(aggregation=aggregation, momentum_masking='on')
-    auto = store(aggregation=aggregation)
-    auto.follow_learning_rate(lambda: 0.05)
+    follows = store(aggregation=aggregation)
+    follows.follow_learning_rate(lambda: 0.05)
     for step in range(5):
         a, b = mx.nd.array(grad(step)), mx.nd.array(grad(step))
         on.pushpull('conv', a)
-        auto.pushpull('conv', b)
+        follows.pushpull('conv', b)
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
-    np.testing.assert_array_equal(velocity_of(on), velocity_of(auto))
+    np.testing.assert_array_equal(velocity_of(on), velocity_of(follows))
 
 
-def test_auto_without_a_rate_masks_fully_and_off_never():
+def test_lr_without_a_rate_masks_fully_and_says_so_and_off_never(caplog):
     kv = store()
-    kv.pushpull('conv', mx.nd.array(grad(0)))
+    with caplog.at_level('WARNING', logger='kvstore_ext'):
+        kv.pushpull('conv', mx.nd.array(grad(0)))
     assert kv._keys['conv'].chunks[0].codec.masking is True
+    assert "does not follow the optimizer's learning rate" in caplog.text
+    default = mx.kv.create('dist_sync_hylo')
+    default.set_gradient_compression({k: v for k, v in PARAMS.items()
+                                      if k != 'momentum_masking'})
+    default.follow_learning_rate(lambda: 0.05)
+    default.pushpull('conv', mx.nd.array(grad(0)))
+    assert default._keys['conv'].chunks[0].codec.masking is True     # 'on', the default
     off = store(momentum_masking='off')
     off.follow_learning_rate(lambda: 0.05)
     off.pushpull('conv', mx.nd.array(grad(0)))
@@ -215,7 +224,8 @@ def test_the_scripts_make_the_store_follow_their_optimizer(tmp_path, script, fla
     env.pop('DMLC_ROLE', None)
     proc = subprocess.run(
         [sys.executable, script, '--kvstore', 'dist_sync_hylo', '--num-epochs', '2',
-         '--lr-mode', 'cosine', '--compression-params', '{"momentum_correction": "on"}',
+         '--lr-mode', 'cosine', '--compression-params',
+         '{"momentum_correction": "on", "momentum_masking": "lr"}',
          '--summary-json', str(summary)] + flags,
         capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

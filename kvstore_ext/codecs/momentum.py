@@ -49,7 +49,8 @@ class LearningRateShare:
     as a schedule decays). Why: at 8 workers Hylo's conv filters are resent after 1-4
     steps, so the masking damps their steps to about a fifth of momentum SGD's; a
     48-step run at a constant rate needs that damping, a long cosine run loses half a
-    point to it once the rate has decayed (docs/RESULTS.md sections 21, 22).
+    point to it, and the damping matters most while the rate is high (docs/RESULTS.md
+    sections 21, 22).
 
     ``read``: returns the current learning rate (``store.follow_learning_rate``). A
     value that is not a finite number >= 0 masks fully. ``peak`` is saved with

@@ -79,11 +79,14 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    points without it (5 seeds). At 8 workers a worker sends a filter again after 1-4
    steps, so the masking moves conv filters by about a fifth of momentum SGD's step: a
    damping. The 48-step constant-lr run needs it (masked less, it ends lower); a long
-   cosine run loses half a point to it. There, homomorphic mode with
-   ``momentum_masking='off'`` ends level with ``dist_sync``; server mode, whose
-   workers send different filters, trains unstably on 3 of 16 seeds without it
-   (docs/RESULTS.md section 21). The kvstore cannot see the learning rate's schedule,
-   so 'on' stays the default.
+   cosine run loses half a point to it (docs/RESULTS.md section 21). ``momentum_masking='lr'`` masks by the schedule: when the store
+   follows the optimizer's learning rate (``store.follow_learning_rate``; the
+   project's scripts call it with their trainer), masking removes the share
+   lr / peak lr of a sent filter's velocity (``LearningRateShare``): all of it at a
+   constant rate, as 'on', less as a schedule decays, none at lr 0. Measured (section
+   22): it ends the long run SUMMARY, so 'on' stays the default: most of a cosine run's
+   conv steps are taken while the rate is near its peak, where 'lr' still masks almost
+   fully.
 8. **FC momentum** (``fc_momentum_correction``, with ``momentum`` > 0): the FC ternary
    codes the worker's velocity ``u = m u + grad`` instead of its gradient, with error
    feedback on ``u`` and no masking, and the step returns ``S - m S_prev`` as the conv
@@ -96,6 +99,7 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    correction applies, from 8 workers on; forced on at 4 workers the MLP's short run
    gained nothing (12 seeds).
 """
+import logging
 import math
 
 import numpy as np
@@ -105,6 +109,8 @@ from ..codecs import (FilterTopKCodec, LearningRateShare, MomentumTopKCodec,
                       MomentumAdditiveTopKCodec, TernaryCodec, AdditiveTernaryCodec,
                       AdditiveTopKCodec, MomentumTernaryCodec, MomentumAdditiveTernaryCodec)
 from ..params import Param
+
+log = logging.getLogger('kvstore_ext')
 
 # agreement='auto' takes 'conv_round' from this many workers on: at 8 workers the round
 # beat the one-step-old filter scores of 'previous' by 3.2 points on cnn512's short run
@@ -167,15 +173,14 @@ class Hylo(Scheme):
                                      "error feedback) or 'auto' ('on' from %d workers on)"
                                      % MOMENTUM_CORRECTION_WORKERS,
                                      choices=('auto', 'on', 'off')),
-        'momentum_masking': Param('str', 'auto', "with momentum: DGC's factor masking, "
+        'momentum_masking': Param('str', 'on', "with momentum: DGC's factor masking, "
                                   "how much of a sent filter's velocity is zeroed: 'on' "
                                   "(all: it damps the conv steps, which a short "
                                   "constant-lr run at 8 workers needs), 'off' (none), or "
-                                  "'auto' (the learning rate over its peak so far, when the "
-                                  "store follows the optimizer's learning rate, as the "
-                                  "project's scripts make it do; else 'on'; "
-                                  "docs/RESULTS.md section 22)",
-                                  choices=('auto', 'on', 'off')),
+                                  "'lr' (the share lr / peak lr, when the store follows "
+                                  "the optimizer's learning rate, as the project's scripts "
+                                  "make it do; else all; docs/RESULTS.md section 22)",
+                                  choices=('on', 'off', 'lr')),
         'fc_momentum_correction': Param('str', 'auto', "with momentum > 0: whether the "
                                         "FC ternary codes the worker's velocity (u = m u + "
                                         "grad, error feedback on u, no masking): 'on', "
@@ -197,6 +202,7 @@ class Hylo(Scheme):
 
     _lr_share = None    # the masking that follows the learning rate, once made
     _lr_peak = 0.0      # its peak from a checkpoint, until it is made
+    _warned = False     # 'lr' without a learning rate: said once
 
     def check(self, params):
         if params['conv_rate_min'] > params['conv_rate_max']:
@@ -273,11 +279,18 @@ class Hylo(Scheme):
 
     def masking(self):
         """The conv codecs' ``masking``: True (all of a sent filter's velocity), False,
-        or, with 'auto' and a known learning rate, the share that follows it (one
+        or, with 'lr' and a known learning rate, the share that follows it (one
         object for every key, whose peak is the scheme's state)."""
         mode = self.params['momentum_masking']
-        if mode != 'auto' or self.learning_rate is None:
-            return mode != 'off'
+        if mode != 'lr':
+            return mode == 'on'
+        if self.learning_rate is None:
+            if not self._warned:
+                self._warned = True
+                log.warning("momentum_masking='lr', but the store does not follow the "
+                            "optimizer's learning rate (kv.follow_learning_rate): the "
+                            "conv masking zeroes all of a sent filter's velocity, as 'on'")
+            return True
         if self._lr_share is None:
             self._lr_share = LearningRateShare(self.learning_rate, self._lr_peak)
         return self._lr_share
