@@ -232,3 +232,17 @@ def test_the_scripts_make_the_store_follow_their_optimizer(tmp_path, script, fla
     plan = json.loads(summary.read_text())['codec_plan']
     conv = [d for d in plan.values() if d.startswith('top')]
     assert conv and all(d.endswith('masking follows the learning rate') for d in conv), plan
+
+
+def test_lgreco_over_hylo_saves_the_peak_with_its_choice():
+    """L-GreCo's policy over Hylo keeps its layer choice and Hylo's masking peak."""
+    kv = mx.kv.create('dist_sync_lgreco_hylo')
+    kv.set_gradient_compression(PARAMS)
+    kv.follow_learning_rate(lambda: 0.1)
+    kv.pushpull('conv', mx.nd.array(grad(0)))
+    state = kv.scheme.state()
+    assert state['lr_peak'] == 0.1 and 'choice' in state
+    again = mx.kv.create('dist_sync_lgreco_hylo')
+    again.set_gradient_compression(PARAMS)
+    again.scheme.restore(state)
+    assert again.scheme.state() == state

@@ -298,9 +298,8 @@ class Hylo(Scheme):
 
     def state(self):
         """The masking's learning-rate peak (None when it does not follow one)."""
-        if self._lr_share is None:
-            return None
-        return {'lr_peak': self._lr_share.peak}
+        peak = self._lr_share.peak if self._lr_share is not None else self._lr_peak
+        return {'lr_peak': peak} if peak > 0 else None
 
     def restore(self, state):
         self._lr_peak = float((state or {}).get('lr_peak', 0.0))

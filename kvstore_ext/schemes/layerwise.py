@@ -196,10 +196,13 @@ class LayerwiseChoice:
 
     # -- checkpoints ------------------------------------------------------------------
     def state(self):
-        """The values in force (every worker holds the same), saved with checkpoints."""
-        return {'choice': {file_key(k): v for k, v in self._choice.items()}}
+        """The values in force (every worker holds the same), saved with checkpoints,
+        with what the scheme below keeps (Hylo's masking peak)."""
+        return dict(super().state() or {},
+                    choice={file_key(k): v for k, v in self._choice.items()})
 
     def restore(self, state):
+        super().restore(state)
         if state:
             self._choice = {parse_file_key(k): v for k, v in state['choice'].items()}
 
