@@ -246,3 +246,16 @@ def test_lgreco_over_hylo_saves_the_peak_with_its_choice():
     again.set_gradient_compression(PARAMS)
     again.scheme.restore(state)
     assert again.scheme.state() == state
+
+
+def test_dads_fallback_hylo_follows_the_rate():
+    """dAD hands the followed rate to its fallback scheme (Hylo), as it does its
+    workers."""
+    kv = mx.kv.create('dist_sync_dad')
+    kv.set_gradient_compression({'fallback.' + k: v for k, v in PARAMS.items()})
+    kv.follow_learning_rate(lambda: 0.1)
+    kv.pushpull('conv', mx.nd.array(grad(0)))
+    codec = kv._keys['conv'].chunks[0].codec
+    assert isinstance(codec, MomentumTopKCodec) and isinstance(codec.masking,
+                                                                LearningRateShare)
+    assert kv.scheme.state() == {'lr_peak': 0.1}

@@ -132,6 +132,16 @@ class DAD(Scheme):
         worker-count rules (Hylo's agreement and momentum correction, 'auto') need it."""
         self.fallback.num_workers = workers
 
+    @property
+    def learning_rate(self):
+        return self.fallback.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, read):
+        """The store hands over the optimizer's learning rate (follow_learning_rate):
+        the fallback's rules that follow it (Hylo's masking, 'lr') need it."""
+        self.fallback.learning_rate = read
+
     # -- which key is which layer ------------------------------------------------------
     def bind(self, key, arrays):
         handles = {a.handle.value for a in arrays}
