@@ -108,7 +108,7 @@ def test_a_constant_rate_masks_exactly_as_on(aggregation):
     np.testing.assert_array_equal(velocity_of(on), velocity_of(follows))
 
 
-def test_lr_without_a_rate_masks_fully_and_says_so_and_off_never(caplog):
+def test_lr_the_default_without_a_rate_masks_fully_and_says_so_and_off_never(caplog):
     kv = store()
     with caplog.at_level('WARNING', logger='kvstore_ext'):
         kv.pushpull('conv', mx.nd.array(grad(0)))
@@ -119,7 +119,7 @@ def test_lr_without_a_rate_masks_fully_and_says_so_and_off_never(caplog):
                                       if k != 'momentum_masking'})
     default.follow_learning_rate(lambda: 0.05)
     default.pushpull('conv', mx.nd.array(grad(0)))
-    assert default._keys['conv'].chunks[0].codec.masking is True     # 'on', the default
+    assert isinstance(default._keys['conv'].chunks[0].codec.masking, LearningRateShare)
     off = store(momentum_masking='off')
     off.follow_learning_rate(lambda: 0.05)
     off.pushpull('conv', mx.nd.array(grad(0)))
@@ -225,7 +225,7 @@ def test_the_scripts_make_the_store_follow_their_optimizer(tmp_path, script, fla
     proc = subprocess.run(
         [sys.executable, script, '--kvstore', 'dist_sync_hylo', '--num-epochs', '2',
          '--lr-mode', 'cosine', '--compression-params',
-         '{"momentum_correction": "on", "momentum_masking": "lr"}',
+         '{"momentum_correction": "on"}',
          '--summary-json', str(summary)] + flags,
         capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -174,14 +174,15 @@ class Hylo(Scheme):
                                      "error feedback) or 'auto' ('on' from %d workers on)"
                                      % MOMENTUM_CORRECTION_WORKERS,
                                      choices=('auto', 'on', 'off')),
-        'momentum_masking': Param('str', 'on', "with momentum: DGC's factor masking, "
-                                  "how much of a sent filter's velocity is zeroed: 'on' "
+        'momentum_masking': Param('str', 'lr', "with momentum: DGC's factor masking, "
+                                  "how much of a sent filter's velocity is zeroed: 'lr' "
+                                  "(the share lr / peak lr when the store follows the "
+                                  "optimizer's learning rate, as the project's scripts "
+                                  "make it do, else all: a constant rate masks as 'on', a "
+                                  "decaying one less; docs/RESULTS.md section 22), 'on' "
                                   "(all: it damps the conv steps, which a short "
-                                  "constant-lr run at 8 workers needs), 'off' (none), or "
-                                  "'lr' (the share lr / peak lr, when the store follows "
-                                  "the optimizer's learning rate, as the project's scripts "
-                                  "make it do; else all; docs/RESULTS.md section 22)",
-                                  choices=('on', 'off', 'lr')),
+                                  "constant-lr run at 8 workers needs) or 'off' (none)",
+                                  choices=('lr', 'on', 'off')),
         'fc_momentum_correction': Param('str', 'auto', "with momentum > 0: whether the "
                                         "FC ternary codes the worker's velocity (u = m u + "
                                         "grad, error feedback on u, no masking): 'on', "
