@@ -80,14 +80,16 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    steps, so the masking moves conv filters by about a fifth of momentum SGD's step: a
    damping. The 48-step constant-lr run needs it (masked less, it ends lower); a long
    cosine run loses half a point to it (docs/RESULTS.md section 21).
-   ``momentum_masking='lr'`` masks by the schedule: when the store follows the
-   optimizer's learning rate (``store.follow_learning_rate``; the project's scripts
-   call it with their trainer), masking removes the share lr / peak lr of a sent
-   filter's velocity (``LearningRateShare``): all of it at a constant rate, as 'on',
-   less as a schedule decays, none at lr 0. Over 10 seeds it ended cnn512's 8-worker
-   long run 0.07 (server) and 0.26 (homomorphic) points above 'on', within the seeds'
-   spread (section 22), so 'on' stays the default: most of a cosine run's conv steps
-   come while the rate is near its peak, where 'lr' still masks almost fully.
+   ``momentum_masking='lr'`` (the default) masks by the schedule: when the store
+   follows the optimizer's learning rate (``store.follow_learning_rate``; the
+   project's scripts call it with their trainer), masking removes the share
+   lr / peak lr of a sent filter's velocity (``LearningRateShare``): all of it at a
+   constant rate, exactly as 'on', less as a schedule decays, none at lr 0; without a
+   followed rate, all of it (with a warning). Over 16 seeds of cnn512's 8-worker long
+   run it beat 'on' by 0.28 points in homomorphic mode (higher on 11 seeds, lower on
+   3) and ended level in server mode (+0.08); both still end about 0.4 points below
+   ``dist_sync`` (section 22): most of a cosine run's conv steps come while the rate
+   is near its peak, where it still masks almost fully.
 8. **FC momentum** (``fc_momentum_correction``, with ``momentum`` > 0): the FC ternary
    codes the worker's velocity ``u = m u + grad`` instead of its gradient, with error
    feedback on ``u`` and no masking, and the step returns ``S - m S_prev`` as the conv
