@@ -10,11 +10,16 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist_jobs', 'soak_job.py')
 SERVER_GROWTH_KB = 4096
 WORKER_GROWTH_KB = 32768
 
 
+# the job takes about 300 s alone on a 2-core machine: past pytest's default 300 s
+# (pyproject.toml); the launcher's own timeout (800 s) stops its nodes first
+@pytest.mark.timeout(900)
 def test_soak_every_aggregate_and_flat_memory(job_env):
     proc = subprocess.run(
         [sys.executable, '-m', 'kvstore_ext.launch', '-n', '4', '-s', '2', '--timeout', '800',
