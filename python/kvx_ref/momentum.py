@@ -46,7 +46,7 @@ def _step(grads, residuals, velocities, delivered, m, masking, encode, decode, s
         total += decoded.reshape(grad.shape)
         rows, sent = sent_rows(payload, grad)
         u = u.reshape(rows, -1).copy()
-        if masking is True or masking == 1:
+        if masking == 1:            # True, or a share of 1: all of it
             u[sent] = 0
         elif masking:
             u[sent] *= f32(1) - f32(masking)
