@@ -7,7 +7,7 @@ from .additive import AdditiveTernaryCodec, AdditiveTopKCodec  # noqa: F401
 from .adacomp import AdaCompCodec  # noqa: F401
 from .element_topk import ElementTopKCodec  # noqa: F401
 from .fp16 import Float16Codec  # noqa: F401
-from .momentum import (LearningRateShare, MomentumTopKCodec,  # noqa: F401
+from .momentum import (HighRateMasking, MomentumTopKCodec,  # noqa: F401
                        MomentumAdditiveTopKCodec, MomentumElementTopKCodec,
                        MomentumTernaryCodec, MomentumAdditiveTernaryCodec)
 from .thc import ThcCodec  # noqa: F401

@@ -16,8 +16,8 @@ goes through the optimizer's momentum; a changing learning rate leaves an error 
 
 How much masking removes (``masking``): all of a sent row's velocity (True, DGC's
 rule), none (False), or a share that a callable returns at each step:
-``LearningRateShare``, the learning rate over its peak so far, so that a run whose
-learning rate decays masks less as it goes (docs/RESULTS.md section 22).
+``HighRateMasking``, all while the learning rate is near its peak and none once a
+schedule has decayed it (docs/RESULTS.md sections 22, 23).
 
 State: ``velocity`` (this worker's own: a void step keeps it) and ``delivered`` (the
 previous S, the same on every worker), both checkpointed. Hylo's conv top-k in both
@@ -43,28 +43,41 @@ from .topk import FilterTopKCodec
 from ..wire import HEADER_WORDS, element_topk_index_words
 
 
-class LearningRateShare:
-    """The masking that follows the learning rate: called at a step, the optimizer's
-    current learning rate over its peak so far (1 at the peak, as DGC masks; towards 0
-    as a schedule decays). Why: at 8 workers Hylo's conv filters are resent after 1-4
-    steps, so the masking damps their steps to about a fifth of momentum SGD's; a
-    48-step run at a constant rate needs that damping, a long cosine run loses half a
-    point to it, and the damping matters most while the rate is high (docs/RESULTS.md
-    sections 21, 22).
+# HighRateMasking masks while the learning rate is at least this share of its peak.
+# Why 0.8: unmasked, 3 of 16 server-mode runs of cnn512's 128-step cosine schedule at 8
+# workers blew up, each in its second epoch (rate 0.96-0.85 of the peak), and no run did
+# later (docs/RESULTS.md sections 21, 23; a threshold read off one model's runs).
+HIGH_RATE = 0.8
 
-    ``read``: returns the current learning rate (``store.follow_learning_rate``). A
-    value that is not a finite number >= 0 masks fully. ``peak`` is saved with
+
+class HighRateMasking:
+    """The masking that follows the learning rate: called at a step, 1 (all of a sent
+    filter's velocity, DGC's masking) while the optimizer's rate is at least
+    ``HIGH_RATE`` of its peak so far, 0 (none) once a schedule has brought it below.
+
+    Why: at 8 workers Hylo's conv filters are resent after 1-4 steps, so the masking
+    damps their steps to about a fifth of momentum SGD's. At a high rate that damping
+    keeps the run stable (a 48-step run at a constant rate needs it, and unmasked runs
+    blew up early in long ones); once the rate has decayed it only slows the filters,
+    which cost a long cosine run half a point. A share proportional to the rate (lr /
+    peak) still masked most of the steps and recovered little of it
+    (docs/RESULTS.md sections 21-23).
+
+    ``read``: returns the current learning rate (``store.follow_learning_rate``); None,
+    or a value that is not a finite number >= 0, masks fully. ``peak`` is saved with
     checkpoints (the scheme's state), so a resumed run masks as it would have."""
 
-    def __init__(self, read, peak=0.0):
+    def __init__(self, read=None, peak=0.0):
         self.read, self.peak = read, float(peak)
 
     def __call__(self):
+        if self.read is None:
+            return 1.0
         lr = float(self.read())
         if not 0 <= lr < float('inf'):
             return 1.0
         self.peak = max(self.peak, lr)
-        return lr / self.peak if self.peak > 0 else 1.0
+        return 1.0 if lr >= HIGH_RATE * self.peak else 0.0
 
 
 class MomentumCorrection:

@@ -82,14 +82,16 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    cosine run loses half a point to it (docs/RESULTS.md section 21).
    ``momentum_masking='lr'`` (the default) masks by the schedule: when the store
    follows the optimizer's learning rate (``store.follow_learning_rate``; the
-   project's scripts call it with their trainer), masking removes the share
-   lr / peak lr of a sent filter's velocity (``LearningRateShare``): all of it at a
-   constant rate, exactly as 'on', less as a schedule decays, none at lr 0; without a
-   followed rate, all of it (with a warning). Over 16 seeds of cnn512's 8-worker long
-   run it beat 'on' by 0.28 points in homomorphic mode (higher on 11 seeds, lower on
-   3) and ended level in server mode (+0.08); both still end about 0.4 points below
-   ``dist_sync`` (section 22): most of a cosine run's conv steps come while the rate
-   is near its peak, where it still masks almost fully.
+   project's scripts call it with their trainer), masking zeroes a sent filter's
+   velocity while the rate is at least 0.8 of its peak so far (``HighRateMasking``,
+   ``HIGH_RATE``) and keeps it once a schedule has brought the rate below: a constant
+   rate masks exactly as 'on'; without a followed rate it masks always (with a
+   warning). Why 0.8: unmasked, server mode blew up on 3 of 16 seeds of cnn512's long
+   cosine run at 8 workers, each in its second epoch (rate 0.96-0.85 of the peak), and
+   no run did later (a threshold read off one model's runs). Over 16 seeds of that run
+   it ends within 0.5 points of ``dist_sync`` in both modes (server +0.24, homomorphic
+   +0.26; 0.18 points above session 18's share lr / peak, with a lower train loss on
+   14 of 16 seeds; docs/RESULTS.md section 23).
 8. **FC momentum** (``fc_momentum_correction``, with ``momentum`` > 0): the FC ternary
    codes the worker's velocity ``u = m u + grad`` instead of its gradient, with error
    feedback on ``u`` and no masking, and the step returns ``S - m S_prev`` as the conv
@@ -108,7 +110,7 @@ import math
 import numpy as np
 
 from .base import Scheme
-from ..codecs import (FilterTopKCodec, LearningRateShare, MomentumTopKCodec,
+from ..codecs import (FilterTopKCodec, HighRateMasking, MomentumTopKCodec,
                       MomentumAdditiveTopKCodec, TernaryCodec, AdditiveTernaryCodec,
                       AdditiveTopKCodec, MomentumTernaryCodec, MomentumAdditiveTernaryCodec)
 from ..params import Param
@@ -177,13 +179,13 @@ class Hylo(Scheme):
                                      % MOMENTUM_CORRECTION_WORKERS,
                                      choices=('auto', 'on', 'off')),
         'momentum_masking': Param('str', 'lr', "with momentum: DGC's factor masking, "
-                                  "how much of a sent filter's velocity is zeroed: 'lr' "
-                                  "(the share lr / peak lr when the store follows the "
-                                  "optimizer's learning rate, as the project's scripts "
-                                  "make it do, else all: a constant rate masks as 'on', a "
-                                  "decaying one less; docs/RESULTS.md section 22), 'on' "
-                                  "(all: it damps the conv steps, which a short "
-                                  "constant-lr run at 8 workers needs) or 'off' (none)",
+                                  "whether a sent filter's velocity is zeroed: 'lr' (while "
+                                  "the learning rate is at least 0.8 of its peak, when the "
+                                  "store follows the optimizer's rate as the project's "
+                                  "scripts make it do, else always: a constant rate masks "
+                                  "as 'on', a decayed one not; docs/RESULTS.md section 23), "
+                                  "'on' (always: it damps the conv steps, which a short "
+                                  "constant-lr run at 8 workers needs) or 'off' (never)",
                                   choices=('lr', 'on', 'off')),
         'fc_momentum_correction': Param('str', 'auto', "with momentum > 0: whether the "
                                         "FC ternary codes the worker's velocity (u = m u + "
@@ -204,9 +206,12 @@ class Hylo(Scheme):
                            choices=('auto', 'previous', 'round', 'conv_round')),
     }
 
-    _lr_share = None    # the masking that follows the learning rate, once made
-    _lr_peak = 0.0      # its peak from a checkpoint, until it is made
     _warned = False     # 'lr' without a learning rate: said once
+
+    def __init__(self, **given):
+        super().__init__(**given)
+        # 'lr': one masking for every key; its peak is the scheme's state
+        self._high_rate = HighRateMasking()
 
     def check(self, params):
         if params['conv_rate_min'] > params['conv_rate_max']:
@@ -283,8 +288,7 @@ class Hylo(Scheme):
 
     def masking(self):
         """The conv codecs' ``masking``: True (all of a sent filter's velocity), False,
-        or, with 'lr' and a known learning rate, the share that follows it (one
-        object for every key, whose peak is the scheme's state)."""
+        or, with 'lr' and a known learning rate, the masking that follows it."""
         mode = self.params['momentum_masking']
         if mode != 'lr':
             return mode == 'on'
@@ -295,19 +299,16 @@ class Hylo(Scheme):
                             "optimizer's learning rate (kv.follow_learning_rate): the "
                             "conv masking zeroes all of a sent filter's velocity, as 'on'")
             return True
-        if self._lr_share is None:
-            self._lr_share = LearningRateShare(self.learning_rate, self._lr_peak)
-        return self._lr_share
+        self._high_rate.read = self.learning_rate
+        return self._high_rate
 
     def state(self):
         """The masking's learning-rate peak (None when it does not follow one)."""
-        peak = self._lr_share.peak if self._lr_share is not None else self._lr_peak
+        peak = self._high_rate.peak
         return {'lr_peak': peak} if peak > 0 else None
 
     def restore(self, state):
-        self._lr_peak = float((state or {}).get('lr_peak', 0.0))
-        if self._lr_share is not None:
-            self._lr_share.peak = self._lr_peak
+        self._high_rate.peak = float((state or {}).get('lr_peak', 0.0))
 
     def conv_codec(self, shape, k):
         """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
