@@ -88,10 +88,10 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    rate masks exactly as 'on'; without a followed rate it masks always (with a
    warning). Why 0.8: unmasked, server mode blew up on 3 of 16 seeds of cnn512's long
    cosine run at 8 workers, each in its second epoch (rate 0.96-0.85 of the peak), and
-   no run did later (a threshold read off one model's runs). Over 16 seeds of that run
-   it ends within 0.5 points of ``dist_sync`` in both modes (server +0.24, homomorphic
-   +0.26; 0.18 points above session 18's share lr / peak, with a lower train loss on
-   14 of 16 seeds; docs/RESULTS.md section 23).
+   no run did later (a threshold read off one model's runs). Over 23 seeds of that run
+   it ends within 0.5 points of ``dist_sync`` in both modes (server +0.19, homomorphic
+   +0.24); over seeds 1-16 it ends 0.18 points above session 18's share lr / peak,
+   with a lower train loss on 14 of 16 seeds (docs/RESULTS.md section 23).
 8. **FC momentum** (``fc_momentum_correction``, with ``momentum`` > 0): the FC ternary
    codes the worker's velocity ``u = m u + grad`` instead of its gradient, with error
    feedback on ``u`` and no masking, and the step returns ``S - m S_prev`` as the conv
