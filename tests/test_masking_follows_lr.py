@@ -1,7 +1,7 @@
 """Hylo's conv masking that follows the learning rate (``momentum_masking='lr'`` with
 ``store.follow_learning_rate``): a sent filter's velocity is masked while the rate is at
 least 0.8 of its peak so far and kept below, against the NumPy spec
-(python/kvx_ref/momentum.py, ``masking`` a share); full masking when the rate is not
+(python/kvx_ref/momentum.py); full masking when the rate is not
 known or does not change; the peak survives a checkpoint; the scripts make the store
 follow their trainer."""
 import json
@@ -25,9 +25,9 @@ PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9,
 RATES = [0.02, 0.1, 0.1, 0.05, 0.09, 0.01, 0.0, 0.07, 0.1]
 
 
-def masked_share(lr, peak):
-    """The rule: all of a sent filter's velocity while lr >= 0.8 peak, none below."""
-    return 1.0 if lr >= 0.8 * peak else 0.0
+def masks(lr, peak):
+    """The rule: a sent filter's velocity is zeroed while lr >= 0.8 peak, kept below."""
+    return lr >= 0.8 * peak
 
 
 def grad(step):
@@ -70,7 +70,7 @@ def test_steps_follow_the_rate_as_the_reference(aggregation):
         out = mx.nd.array(g)
         kv.pushpull('conv', out)
         want, delivered, (residual,), (velocity,) = momentum_topk_step(
-            [g], [residual], [velocity], delivered, K, 0.9, masked_share(lr, peak))
+            [g], [residual], [velocity], delivered, K, 0.9, masks(lr, peak))
         np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(velocity_of(kv), velocity, rtol=1e-6, atol=1e-7)
         if aggregation == 'server':
@@ -145,23 +145,23 @@ def test_follows_an_optimizers_schedule_and_a_trainer():
     sgd = mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, lr_scheduler=schedule)
     kv = store()
     kv.follow_learning_rate(sgd)
-    share = kv.scheme.masking()
-    shares = []
+    masking = kv.scheme.masking()
+    steps = []
     for update in range(11):
         sgd.num_update = update
-        shares.append(share())
-    assert shares == [1.0] * 3 + [0.0] * 8
+        steps.append(masking())
+    assert steps == [True] * 3 + [False] * 8
     net = mx.gluon.nn.Dense(2, in_units=3)
     net.initialize()
     trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.2})
     kv = store()
     kv.follow_learning_rate(trainer)
-    share = kv.scheme.masking()
-    assert share() == 1.0
+    masking = kv.scheme.masking()
+    assert masking() is True
     trainer.set_learning_rate(0.15)
-    assert share() == 0.0
+    assert masking() is False
     trainer.set_learning_rate(0.18)     # a schedule that comes back masks again
-    assert share() == 1.0
+    assert masking() is True
 
 
 @pytest.mark.parametrize('source, error', [
@@ -183,15 +183,15 @@ def test_refused_after_the_first_pushpull():
 
 
 def test_a_bad_rate_during_training_or_none_masks_fully():
-    assert HighRateMasking()() == 1.0
+    assert HighRateMasking()() is True
     rate = Rate(0.1)
-    share = HighRateMasking(rate)
-    assert share() == 1.0
+    masking = HighRateMasking(rate)
+    assert masking() is True
     for bad in (float('nan'), float('inf'), -0.1):
         rate.value = bad
-        assert share() == 1.0
+        assert masking() is True
     rate.value = 0.05
-    assert share() == 0.0 and share.peak == 0.1
+    assert masking() is False and masking.peak == 0.1
 
 
 @pytest.mark.parametrize('follow_first', [True, False])

@@ -14,10 +14,9 @@ holds ``S`` (times -lr) and moves the weights by exactly ``-lr S``. Weight decay
 goes through the optimizer's momentum; a changing learning rate leaves an error of
 ``m (lr_t - lr_(t-1)) S_prev``, which decays by m a step.
 
-How much masking removes (``masking``): all of a sent row's velocity (True, DGC's
-rule), none (False), or a share that a callable returns at each step:
-``HighRateMasking``, all while the learning rate is near its peak and none once a
-schedule has decayed it (docs/RESULTS.md sections 22, 23).
+Whether a step masks (``masking``): always (True, DGC's rule), never (False), or as a
+callable says at each step: ``HighRateMasking``, while the learning rate is near its
+peak and not once a schedule has decayed it (docs/RESULTS.md sections 22, 23).
 
 State: ``velocity`` (this worker's own: a void step keeps it) and ``delivered`` (the
 previous S, the same on every worker), both checkpointed. Hylo's conv top-k in both
@@ -51,9 +50,10 @@ HIGH_RATE = 0.8
 
 
 class HighRateMasking:
-    """The masking that follows the learning rate: called at a step, 1 (all of a sent
+    """The masking that follows the learning rate: called at a step, True (zero a sent
     filter's velocity, DGC's masking) while the optimizer's rate is at least
-    ``HIGH_RATE`` of its peak so far, 0 (none) once a schedule has brought it below.
+    ``HIGH_RATE`` of its peak so far, False (keep it) once a schedule has brought it
+    below.
 
     Why: at 8 workers Hylo's conv filters are resent after 1-4 steps, so the masking
     damps their steps to about a fifth of momentum SGD's. At a high rate that damping
@@ -72,12 +72,12 @@ class HighRateMasking:
 
     def __call__(self):
         if self.read is None:
-            return 1.0
+            return True
         lr = float(self.read())
         if not 0 <= lr < float('inf'):
-            return 1.0
+            return True
         self.peak = max(self.peak, lr)
-        return 1.0 if lr >= HIGH_RATE * self.peak else 0.0
+        return lr >= HIGH_RATE * self.peak
 
 
 class MomentumCorrection:
@@ -97,11 +97,9 @@ class MomentumCorrection:
         self.momentum = float(momentum)
         self.masking = masking if callable(masking) else bool(masking)
 
-    def masked_share(self):
-        """The share of a sent row's velocity this step's masking removes, in [0, 1]."""
-        if callable(self.masking):
-            return min(max(float(self.masking()), 0.0), 1.0)
-        return 1.0 if self.masking else 0.0
+    def masks_now(self):
+        """Whether this step zeroes the velocity of the rows it sent."""
+        return bool(self.masking()) if callable(self.masking) else self.masking
 
     def state_shapes(self):
         return dict(super().state_shapes(), velocity=self.shape, delivered=self.shape)
@@ -119,12 +117,11 @@ class MomentumCorrection:
         velocity = self._next_velocity(grad, state)
         # a NaN/Inf raises in the encoder, before the residual or the velocity changes
         total, sent = yield from self.corrected_round(velocity, state, num_workers, rank)
-        share = self.masked_share()
-        if share > 0 and sent is not None and sent.size:
+        if sent is not None and sent.size and self.masks_now():
             # rows of chunk_layout: filters, or single elements (element top-k); row
             # ``rows`` is the padding's (nothing sent), cut off after the scatter
             rows = self.chunk_layout()[0]
-            hit = ndarray.scatter_nd(ndarray.full((sent.size,), share, dtype=np.float32),
+            hit = ndarray.scatter_nd(ndarray.ones((sent.size,), dtype=np.float32),
                                      sent.reshape((1, -1)), shape=(rows + 1,))[:rows]
             velocity = ndarray.broadcast_mul(velocity.reshape((rows, -1)),
                                              (1 - hit).reshape((rows, 1))).reshape(self.shape)

@@ -86,11 +86,9 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    velocity while the rate is at least 0.8 of its peak so far (``HighRateMasking``,
    ``HIGH_RATE``) and keeps it once a schedule has brought the rate below: a constant
    rate masks exactly as 'on'; without a followed rate it masks always (with a
-   warning). Why 0.8: unmasked, server mode blew up on 3 of 16 seeds of cnn512's long
-   cosine run at 8 workers, each in its second epoch (rate 0.96-0.85 of the peak), and
-   no run did later (a threshold read off one model's runs). Over 23 seeds of that run
-   it ends within 0.5 points of ``dist_sync`` in both modes (server +0.19, homomorphic
-   +0.24); over seeds 1-16 it ends 0.18 points above session 18's share lr / peak,
+   warning). ``HIGH_RATE``'s comment says why 0.8: where unmasked runs blew up. On
+   cnn512's long cosine run at 8 workers, over 23 seeds, it ends within 0.5 points of
+   ``dist_sync`` in both modes (server +0.19, homomorphic +0.24); over seeds 1-16 it ends 0.18 points above session 18's share lr / peak,
    with a lower train loss on 14 of 16 seeds (docs/RESULTS.md section 23).
 8. **FC momentum** (``fc_momentum_correction``, with ``momentum`` > 0): the FC ternary
    codes the worker's velocity ``u = m u + grad`` instead of its gradient, with error

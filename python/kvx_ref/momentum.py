@@ -11,8 +11,8 @@ One step, over workers w, with the optimizer's momentum m:
 1. ``u_w = m u_w + grad_w`` (the worker's velocity);
 2. the worker sends the top-k (filters, or elements) of ``u_w + residual_w``; its
    residual keeps the rest; with factor masking (``masking``, the default) ``u_w`` is
-   zeroed on what it sent (``masking`` a number in [0, 1]: that share of it is removed,
-   ``u_w * (1 - share)``: the masking that follows the learning rate). AdaComp: ``u_w``
+   zeroed on what it sent (``masking`` False: kept; the masking that follows the
+   learning rate says which of the two a step does). AdaComp: ``u_w``
    takes the gradient's place in the codec, ``G = u_w + residual_w`` and
    ``H = G + u_w``; what is sent are AdaComp's elements,
    the residual keeps ``G - sign * scale`` on them (not 0: AdaComp's own rule);
@@ -46,10 +46,8 @@ def _step(grads, residuals, velocities, delivered, m, masking, encode, decode, s
         total += decoded.reshape(grad.shape)
         rows, sent = sent_rows(payload, grad)
         u = u.reshape(rows, -1).copy()
-        if masking == 1:            # True, or a share of 1: all of it
+        if masking:
             u[sent] = 0
-        elif masking:
-            u[sent] *= f32(1) - f32(masking)
         new_residuals.append(new_residual)
         new_velocities.append(u.reshape(grad.shape))
     returned = total if delivered is None else (total - f32(m) * delivered).astype(f32)
