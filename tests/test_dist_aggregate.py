@@ -146,7 +146,8 @@ def reference_chunk(codec, grads, residuals, agreed, carried, workers):
 
 # mode: (kvstore, scheme, parameters)
 MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
-         'server-compressed': ('dist_sync_hylo', Hylo, dict(PARAMS, pull='compressed')),
+         'server-compressed': ('dist_sync_hylo', Hylo,
+                               dict(PARAMS, aggregation='server', pull='compressed')),
          'homomorphic': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
                                                       agreement='previous')),
          'homomorphic-round': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
@@ -154,7 +155,8 @@ MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
          # the default agreement: at 8 workers the conv filter set comes from a round
          'homomorphic-auto': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic')),
          # the FC rule before session 7 (codes worth the mean |acc| of the selected)
-         'server-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, fc_value='mean')),
+         'server-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server',
+                                                      fc_value='mean')),
          'homomorphic-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
                                                            fc_value='mean')),
          # float32 through MXNet's own pushpull, chunk by chunk on views of the arrays
@@ -267,7 +269,7 @@ def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, w
         codec = AdaComp(**params).codec_for(job.SHAPES[key], np.float32)
     elif aggregation == 'fc':
         params = dict(PARAMS, momentum=0.9, fc_momentum_correction='on',
-                      chunk_size=1 << 20)
+                      chunk_size=1 << 20, aggregation='server')
     else:
         params = dict(PARAMS, momentum=0.9, momentum_correction='on', chunk_size=1 << 20,
                       aggregation=aggregation)

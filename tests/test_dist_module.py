@@ -8,10 +8,11 @@ Module: 2 workers with 2 CPU devices each and 1 server train the MNIST CNN
 (optimizer on the servers, Module's choice) and through dist_sync_hylo (optimizer on
 the workers: Module reads is_capable('optimizer')). After the same epochs and seed,
 Hylo's test accuracy is not below dist_sync's by more than 1.5 points (one run each:
-the noise of arrival-ordered server sums, see test_dist_gluon.py), and Hylo pushes
-over 5x fewer bytes (run of
-2026-11-23: final test accuracy 0.970 dist_sync, 0.968 dist_sync_hylo; 6 epochs of 31
-steps, cosine lr; about 50 s a job on 2 loaded cores)."""
+the noise of arrival-ordered server sums, see test_dist_gluon.py), and Hylo (its
+default, homomorphic mode) moves over 4x fewer bytes both ways (run of 2026-11-23, server
+mode then: final test accuracy 0.970 dist_sync, 0.968 dist_sync_hylo; 6 epochs of 31
+steps, cosine lr; about 50 s a job on 2 loaded cores. Session 20, homomorphic: 0.970
+and 0.972, 4.6x fewer bytes pushed and pulled)."""
 import json
 import os
 import subprocess
@@ -84,6 +85,7 @@ def test_module_hylo_matches_dist_sync(tmp_path, job_env):
     for run in hylo:
         stats = run['comm_stats']
         assert stats['steps'] == 6 * run['batches_per_epoch']
-        assert stats['raw_bytes'] >= 5 * stats['push_bytes'], stats
+        assert stats['raw_bytes'] >= 4 * stats['push_bytes'], stats
+        assert stats['raw_bytes'] >= 4 * stats['pull_bytes'], stats
         assert run['codec_plan']['conv2_weight'].startswith('top')
         assert run['codec_plan']['fc1_weight'].startswith('ternary')

@@ -93,11 +93,14 @@ def values_of(kv, key):
 
 # -- candidates, defaults, errors -------------------------------------------------------
 def test_candidates_and_defaults():
-    at_threshold = LGreCoHylo(size_threshold=4608)
+    at_threshold = LGreCoHylo(size_threshold=4608, aggregation='server')
     # 64 x 8 x 3 x 3 = 4608 weights, at the threshold: rate 0.3, ceil(19.2) = 20 filters;
     # candidates ceil(64 x 0.3 x {0.5, 0.75, 1, 1.5, 2}) = ceil(9.6, 14.4, 19.2, 28.8, 38.4)
     assert at_threshold.layer_default((64, 8, 3, 3), f32) == 20
     assert at_threshold.candidates((64, 8, 3, 3)) == [10, 15, 20, 29, 39]
+    # homomorphic (the default): the rate doubled, 0.6: ceil(38.4) = 39, capped at 64
+    assert LGreCoHylo(size_threshold=4608).layer_default((64, 8, 3, 3), f32) == 39
+    assert LGreCoHylo(size_threshold=4608).candidates((64, 8, 3, 3)) == [20, 29, 39, 58, 64]
     # rate 0.6 on 8 filters: ceil(2.4, 3.6, 4.8, 7.2, 9.6), capped at all 8
     assert LGreCoHylo(conv_rate=0.6).candidates((8, 200, 3, 3)) == [3, 4, 5, 8]
     scheme = LGreCoHylo(**PARAMS)
@@ -313,5 +316,6 @@ def test_warmups_are_hylos():
                 kv.pushpull(key, mx.nd.array(gradient(key, step)))
         assert ours.codec_plan() == hylo.codec_plan(), step
         plans.append(ours.codec_plan()['a'])
-    assert plans[0] == 'fp32' and plans[3].startswith('top 9 of 64') and \
+    # the default (homomorphic) doubles the layer-adaptive rate: 18 filters, not 9
+    assert plans[0] == 'fp32' and plans[3].startswith('top 18 of 64') and \
         len(set(plans)) == 3              # float32 (steps 0, 1), the rate decays (2, 3)

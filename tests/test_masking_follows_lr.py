@@ -264,7 +264,8 @@ def test_dads_fallback_hylo_follows_the_rate():
     """dAD hands the followed rate to its fallback scheme (Hylo), as it does its
     workers."""
     kv = mx.kv.create('dist_sync_dad')
-    kv.set_gradient_compression({'fallback.' + k: v for k, v in PARAMS.items()})
+    kv.set_gradient_compression(dict({'fallback.' + k: v for k, v in PARAMS.items()},
+                                     **{'fallback.aggregation': 'server'}))
     kv.follow_learning_rate(lambda: 0.1)
     kv.pushpull('conv', mx.nd.array(grad(0)))
     codec = kv._keys['conv'].chunks[0].codec

@@ -16,8 +16,10 @@ from kvstore_ext.codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterT
 
 SHAPE = (16, 8, 3, 3)
 FC_SHAPE = (48, 40)
+# server mode unless a test asks for the homomorphic one (Hylo's default)
 PARAMS = {'size_threshold': 100, 'conv_rate': 0.25, 'momentum': 0.9,
-          'momentum_correction': 'on'}     # 'auto' corrects from 8 workers; these have 1
+          'momentum_correction': 'on',     # 'auto' corrects from 8 workers; these have 1
+          'aggregation': 'server'}
 
 
 def grad(step, shape=SHAPE):
@@ -160,11 +162,13 @@ def test_auto_correction_from_eight_workers(aggregation, layer):
     assert type(scheme.codec_for(shape, np.float32)) is plain
 
 
-def test_off_by_default():
+@pytest.mark.parametrize('mode, plain', [({}, AdditiveTopKCodec),
+                                         ({'aggregation': 'server'}, FilterTopKCodec)])
+def test_off_by_default(mode, plain):
     kv = mx.kv.create('dist_sync_hylo')
-    kv.set_gradient_compression({'size_threshold': 100})
+    kv.set_gradient_compression(dict({'size_threshold': 100}, **mode))
     kv.pushpull('conv', mx.nd.array(grad(0)))
-    assert type(kv._keys['conv'].chunks[0].codec) is FilterTopKCodec
+    assert type(kv._keys['conv'].chunks[0].codec) is plain
     with pytest.raises(ValueError, match='momentum'):
         store(momentum=1.0)
     with pytest.raises(ValueError, match='momentum'):

@@ -1,4 +1,4 @@
-"""Soak: 4 workers and 2 servers push 2,000 steps of dist_sync_hylo over keys of mixed
+"""Soak: 4 workers and 2 servers push 2,000 steps of dist_sync_hylo (server mode) over keys of mixed
 size and kind (tests/dist_jobs/soak_job.py); rank 0 replays every worker with
 one-process stores and checks each of the 8,000 aggregates against their sum (no
 drift: relative error at most 1e-5; 1.6e-7, float32 rounding of the sum, in a 300-step

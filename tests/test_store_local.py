@@ -125,7 +125,8 @@ def test_gluon_compression_params_reach_the_store():
 # -- Hylo's policy ---------------------------------------------------------------
 
 def test_hylo_policy():
-    kv = hylo(size_threshold=1000, conv_rate_min=0.05, conv_rate_max=0.5)
+    kv = hylo(size_threshold=1000, conv_rate_min=0.05, conv_rate_max=0.5,
+              aggregation='server')
     scheme = kv.scheme
     plan = scheme.plan({'bias': (999,), 'conv': (64, 32, 3, 3), 'fc': (100, 50),
                         'big_vector': (5000,), 'conv1d': (16, 8, 10)})
@@ -156,6 +157,28 @@ def test_homomorphic_mode_sends_more_of_the_layer_adaptive_filters():
         Hylo(homomorphic_conv_scale=0.5)
 
 
+def test_default_aggregation_is_homomorphic():
+    """Hylo's default is the additive mode (docs/DESIGN.md, RESULTS section 24): its
+    codecs are the agreed ones, pushes and pulls are both compressed. pull='compressed'
+    is server mode's option: asked for without aggregation='server' it is an error
+    that says what to add, not a silently ignored flag."""
+    from kvstore_ext.schemes import Hylo
+    kv = hylo(size_threshold=1000)
+    assert kv.scheme.params['aggregation'] == 'homomorphic'
+    plan = kv.scheme.plan({'conv': (64, 32, 3, 3), 'fc': (100, 50)})
+    assert plan['conv'].endswith('(additive, agreed (previous))'), plan
+    assert plan['fc'].startswith('ternary (additive)'), plan
+    kv.pushpull('fc', mx.nd.array(rand((100, 50), 0)))
+    stats = kv.comm_stats()
+    assert stats['push_bytes'] * 5 < stats['raw_bytes']
+    assert stats['pull_bytes'] * 5 < stats['raw_bytes']    # the pull is compressed too
+    with pytest.raises(ValueError, match="add aggregation='server'"):
+        Hylo(pull='compressed')
+    with pytest.raises(ValueError, match="add aggregation='server'"):
+        hylo(pull='compressed')
+    assert Hylo(pull='compressed', aggregation='server').params['pull'] == 'compressed'
+
+
 # -- compression against the NumPy reference, with error feedback -----------------
 
 def run_steps(kv, key, grads_per_device):
@@ -172,7 +195,7 @@ def run_steps(kv, key, grads_per_device):
 
 @pytest.mark.parametrize('shape', [(32, 16, 3, 3), (7, 5, 1, 1)])
 def test_conv_filter_selection_matches_reference(shape):
-    kv = hylo(size_threshold=1, conv_rate=0.25)
+    kv = hylo(size_threshold=1, conv_rate=0.25, aggregation='server')
     steps = [[rand(shape, 10 * s + d) for d in range(2)] for s in range(6)]
     outs = run_steps(kv, 'conv', steps)
     residual = np.zeros(shape, np.float32)
@@ -190,7 +213,7 @@ def test_fc_ternary_matches_reference(fc_value):
     """Codes where |acc| >= t, each worth 2t (fc_value 'round', the default), the mean
     |acc| of the selected values, or t."""
     shape = (64, 33)
-    params = dict(size_threshold=1, fc_scale=1.5)
+    params = dict(size_threshold=1, fc_scale=1.5, aggregation='server')
     if fc_value:
         params['fc_value'] = fc_value
     kv = hylo(**params)
@@ -228,7 +251,7 @@ def test_error_feedback_invariant(params, shape):
 
 
 def test_comm_stats_counts_bytes():
-    kv = hylo(size_threshold=1000, conv_rate=0.1)
+    kv = hylo(size_threshold=1000, conv_rate=0.1, aggregation='server')
     shapes = {'conv': (40, 10, 3, 3), 'fc': (100, 30), 'bias': (40,)}
     for step in range(3):
         for key, shape in shapes.items():
@@ -246,7 +269,7 @@ def test_comm_stats_counts_bytes():
 
 # -- bad input --------------------------------------------------------------------
 
-AGGREGATIONS = [{}, {'aggregation': 'homomorphic', 'agreement': 'previous'},
+AGGREGATIONS = [{'aggregation': 'server'}, {'aggregation': 'homomorphic', 'agreement': 'previous'},
                 {'aggregation': 'homomorphic', 'agreement': 'round'}]
 
 
@@ -287,7 +310,7 @@ def test_server_mode_pushes_before_reading_its_encoders(caplog):
     void step. Homomorphic keys with the carried agreement do the same from their
     second step (the first runs the agreement round, whose result it reads); with
     agreement 'round' (two rounds a step) they check before they push."""
-    kv = hylo(size_threshold=1, chunk_size=1024)
+    kv = hylo(size_threshold=1, chunk_size=1024, aggregation='server')
     kv.pushpull('w', mx.nd.array(rand((3000,), 1)))
     state = kv._keys['w']
     assert state.deferred and len(state.chunks) == 3 and state.pending is not None
@@ -400,7 +423,7 @@ def test_malformed_payloads_are_rejected(codec_id):
 
 # -- residuals are state -----------------------------------------------------------
 
-@pytest.mark.parametrize('aggregation', AGGREGATIONS + [{'pull': 'compressed'}])
+@pytest.mark.parametrize('aggregation', AGGREGATIONS + [{'aggregation': 'server', 'pull': 'compressed'}])
 def test_checkpoint_restores_residuals_exactly(tmp_path, aggregation):
     """Residuals (and agreements carried between steps, and the 'servers'' residuals
     of a compressed pull) are state: a resumed store continues bit for bit, chunked
@@ -518,7 +541,7 @@ def test_replan_to_float32_flushes_the_residual():
 def test_compressed_pull_in_one_process(shape):
     """pull='compressed': the 'server' re-encodes the sum with its own residual; what
     comes back is that re-encoding, step after step (the reference, twice)."""
-    kv = hylo(size_threshold=1, conv_rate=0.25, pull='compressed')
+    kv = hylo(size_threshold=1, conv_rate=0.25, aggregation='server', pull='compressed')
     worker_res = np.zeros(shape, np.float32)
     server_res = np.zeros(shape, np.float32)
     for s in range(4):
@@ -582,7 +605,7 @@ def test_conv_warmup_decays_the_rate_exponentially():
     """conv_warmup_steps: the conv rate goes from 1 (float32) to its target as
     target ** (step / N), re-planned every warm-up step; FC tensors are not affected."""
     from kvstore_ext.schemes import Hylo
-    scheme = Hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4)
+    scheme = Hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4, aggregation='server')
     shape = (16, 4, 3, 3)
     assert [scheme.conv_k(shape, s) for s in range(7)] == [16, 12, 8, 6, 4, 4, 4]
     assert [scheme.replans_at(s) for s in range(7)] == [False] + [True] * 4 + [False] * 2
@@ -590,7 +613,8 @@ def test_conv_warmup_decays_the_rate_exponentially():
     assert scheme.codec_for(shape, np.float32, step=2).describe() == 'top 8 of 16 filters'
     assert scheme.codec_for((40, 30), np.float32, step=0).describe().startswith('ternary')
     # after a dense warm-up (warmup_steps), the conv warm-up starts where it ends
-    both = Hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4, warmup_steps=2)
+    both = Hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4, warmup_steps=2,
+                aggregation='server')
     assert [both.conv_k(shape, s) for s in range(2, 9)] == [16, 12, 8, 6, 4, 4, 4]
     assert [both.replans_at(s) for s in range(8)] == [False, False] + [True] * 5 + [False]
     assert not any(Hylo().replans_at(s) for s in range(50))
@@ -599,7 +623,7 @@ def test_conv_warmup_decays_the_rate_exponentially():
 def test_conv_warmup_in_the_store():
     """The first step is exact (float32); later steps send fewer filters, the residual
     carried across the re-plans."""
-    kv = hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4)
+    kv = hylo(size_threshold=1, conv_rate=0.25, conv_warmup_steps=4, aggregation='server')
     shape = (16, 4, 3, 3)
     sent, total, pushed = np.zeros(shape), np.zeros(shape), []
     for s in range(6):

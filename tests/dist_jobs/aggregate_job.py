@@ -22,8 +22,9 @@ def replanning_scheme():
 
     class ReplanningHylo(Hylo):
         name = 'test_replan'
-        PHASES = ({}, {'aggregation': 'homomorphic', 'conv_rate': 0.5,
-                       'size_threshold': 3000}, {'conv_rate': 0.5})
+        PHASES = ({'aggregation': 'server'},
+                  {'aggregation': 'homomorphic', 'conv_rate': 0.5, 'size_threshold': 3000},
+                  {'aggregation': 'server', 'conv_rate': 0.5})
 
         def replans_at(self, step):
             return step in (2, 4)

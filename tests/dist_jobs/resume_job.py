@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 SHAPES = {'fc': (64, 40), 'conv': (16, 8, 3, 3)}
-PARAMS = {'size_threshold': 100, 'pull': 'compressed'}
+PARAMS = {'size_threshold': 100, 'aggregation': 'server', 'pull': 'compressed'}
 
 
 def main():

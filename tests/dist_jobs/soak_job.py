@@ -20,7 +20,10 @@ import numpy as np
 from job_util import job_pids, one_process_store
 
 SHAPES = {'conv': (32, 16, 3, 3), 'fc': (128, 300), 'bias': (128,), 'wide': (20000,)}
-PARAMS = {'size_threshold': 1000, 'chunk_size': 8192}
+# server mode: its servers decode every payload (the code a leak would be in), and each
+# worker's payload depends on that worker alone, so one-process stores can replay it
+# (the additive mode's payloads depend on what all workers agreed)
+PARAMS = {'size_threshold': 1000, 'chunk_size': 8192, 'aggregation': 'server'}
 
 
 def gradient(rank, step, key):
