@@ -42,7 +42,7 @@ REPO = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, 'cluster_worker.py')
 LAUNCH = os.path.join(REPO, 'kvstore_ext', 'launch.py')
 NATIVE_KVSTORES = ('dist_sync', 'dist_async', 'dist_sync_device', 'dist_device_sync')
-DEFAULT_SCHEMES = ['dist_sync', 'dist_sync_none', 'dist_sync_hylo',
+DEFAULT_SCHEMES = ['dist_sync', 'dist_sync_none', 'dist_sync_hylo:aggregation=server',
                    'dist_sync_hylo:aggregation=homomorphic', 'dist_sync_2bit',
                    'dist_sync:type=2bit,threshold=0.5']    # MXNet's own 2-bit
 BUSY_RATIO = 1.25     # compute wall / CPU time above this: the workers waited for a core

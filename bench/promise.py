@@ -25,7 +25,7 @@ baseline's, paired by seed (``/base``: jobs run seed-major, so a seed's runs are
 neighbours in time and share the machine's load; read it only from sweeps on an idle
 machine, no ``!``).
 
-    python bench/promise.py --specs dist_sync dist_sync_hylo \\
+    python bench/promise.py --specs dist_sync dist_sync_hylo:aggregation=server \\
         dist_sync_hylo:aggregation=homomorphic --models cnn512 --workers 4 \\
         --schedules short --seeds 3 --json bench/results/promise_repro.json
 
@@ -349,7 +349,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                 epilog=__doc__.split('\n\n', 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--specs', nargs='+', default=[BASELINE, 'dist_sync_hylo',
+    p.add_argument('--specs', nargs='+', default=[BASELINE, 'dist_sync_hylo:aggregation=server',
                                                   'dist_sync_hylo:aggregation=homomorphic'],
                    help='KVSTORE[:KEY=VALUE,...] each; include dist_sync for the paired '
                         'difference')

@@ -2,20 +2,26 @@
 
 Issue 9 asks that a pushpull reach at least half of the encode + decode kernels'
 ceiling. In one process (rank 0 of 1, no launcher) dist_sync_hylo still runs its whole
-codec path: encode on the "worker", decode_slots on the "server" side, then the copy
-into the output. This harness times, interleaved in one run (best of --reps blocks):
+codec path, in either aggregation mode (``--aggregation``; Hylo's default,
+homomorphic, unless given). This harness times, interleaved in one run (best of
+--reps blocks):
 
 * ``copy``: ``out[:] = grad`` (reads 4 B, writes 4 B an element): the machine's
   memory bandwidth as MXNet's NDArray sees it;
-* ``encode``: ``kvx_ternary_encode`` (reads grad + residual, writes residual + payload);
-* ``decode``: ``kvx_decode_slots`` of one payload (reads the payload, writes the sum);
+* ``encode``: server mode: ``kvx_ternary_encode`` (reads grad + residual, writes
+  residual + payload); homomorphic: ``kvx_ternary_encode_sum`` and the statistic the
+  payload carries for the next step's agreement, ``kvx_acc_abs_sum`` (one more read of
+  grad + residual);
+* ``decode``: server mode: ``kvx_decode_slots`` of one payload; homomorphic:
+  ``kvx_ternary_decode_sum`` of the summed words (reads the payload, writes the sum);
 * ``pushpull``: ``kv.pushpull`` of the same tensor through dist_sync_hylo.
 
 The ceiling is stated twice: from the kernels (encode + decode, as timed) and from
-memory traffic (bytes the two kernels must move, at the copy's bandwidth). The ratio
+memory traffic (bytes the kernels must move, at the copy's bandwidth). The ratio
 pushpull / ceiling is the issue's measure (target: pushpull <= 2 x kernel time).
 
     python bench/pushpull_ceiling.py --rows 4096 --cols 1024 --reps 20
+    python bench/pushpull_ceiling.py --aggregation server
 """
 import argparse
 import json
@@ -49,6 +55,8 @@ def main(argv=None):
     p.add_argument('--cols', type=int, default=1024)
     p.add_argument('--reps', type=int, default=20, help='blocks; the best one counts')
     p.add_argument('--inner', type=int, default=5, help='calls a block')
+    p.add_argument('--aggregation', choices=('homomorphic', 'server'), default=None,
+                   help="Hylo's aggregation mode (default: Hylo's own default)")
     p.add_argument('--json', help='write the numbers here')
     args = p.parse_args(argv)
 
@@ -57,7 +65,7 @@ def main(argv=None):
     import kvstore_ext  # noqa: F401  (registers dist_sync_hylo)
     from kvstore_ext import wire
     from kvstore_ext.codecs.ternary import VALUE_RULES
-    from kvstore_ext.ops import op
+    from kvstore_ext.ops import op, shape_attr
     from kvstore_ext.schemes import Hylo
 
     n = args.rows * args.cols
@@ -66,26 +74,50 @@ def main(argv=None):
     out = mx.nd.zeros_like(grad)
     residual = mx.nd.zeros((n,))
     flat = grad.reshape((n,))
-    words = wire.ternary_payload_words(n)
-    encode = op('kvx_ternary_encode')
-    decode_slots = op('kvx_decode_slots')
     # Hylo's FC defaults
-    fc = {name: Hylo.PARAMS[name].default for name in ('fc_scale', 'fc_value')}
-    rule = dict(scale=fc['fc_scale'], threshold=0.0,
-                value_rule=VALUE_RULES.index(fc['fc_value']))
-    payload, _ = encode(flat, residual, **rule)
-    slots = payload.reshape((1, words))
+    defaults = {name: Hylo.PARAMS[name].default
+                for name in ('fc_scale', 'fc_value', 'aggregation')}
+    aggregation = args.aggregation or defaults['aggregation']
+    value_rule = VALUE_RULES.index(defaults['fc_value'])
 
     def run_copy():
         grad.copyto(out)
 
-    def run_encode():
-        encode(flat, residual, **rule)
+    if aggregation == 'server':
+        words = wire.ternary_payload_words(n)
+        encode, decode_slots = op('kvx_ternary_encode'), op('kvx_decode_slots')
+        rule = dict(scale=defaults['fc_scale'], threshold=0.0, value_rule=value_rule)
+        slots = encode(flat, residual, **rule)[0].reshape((1, words))
+        # encode: read grad + residual, write residual + payload; decode: read the
+        # payload, write the sum
+        traffic = 12.0 * n + 4.0 * words + 4.0 * words + 4.0 * n
 
-    def run_decode():
-        decode_slots(slots, size=n)
+        def run_encode():
+            encode(flat, residual, **rule)
+
+        def run_decode():
+            decode_slots(slots, size=n)
+    else:
+        words = wire.ternary_sum_words(n, 1)
+        encode_sum, decode_sum = op('kvx_ternary_encode_sum'), op('kvx_ternary_decode_sum')
+        abs_sum = op('kvx_acc_abs_sum')
+        # one worker: t from its own mean|acc|, v by the value rule (AdditiveTernaryCodec)
+        fc_t = float(np.float32(defaults['fc_scale'] * np.abs(grad.asnumpy()).mean()))
+        fc_v = float(np.float32(2 * fc_t)) if defaults['fc_value'] == 'round' else fc_t
+        summed = encode_sum(flat, residual, threshold=fc_t, num_workers=1, value=fc_v)[0]
+        # encode: read grad + residual, write residual + payload, then read grad +
+        # residual again for the carried statistic; decode: read the payload, write
+        traffic = 12.0 * n + 4.0 * words + 8.0 * n + 4.0 * words + 4.0 * n
+
+        def run_encode():
+            encode_sum(flat, residual, threshold=fc_t, num_workers=1, value=fc_v)
+            abs_sum(flat, residual)
+
+        def run_decode():
+            decode_sum(summed, threshold=fc_v, num_workers=1, shape=shape_attr((n,)))
 
     kv = mx.kv.create('dist_sync_hylo')
+    kv.set_gradient_compression({'aggregation': aggregation})
 
     def run_pushpull():
         kv.pushpull(0, grad, out=out)
@@ -100,20 +132,19 @@ def main(argv=None):
             t = best_of(fn, args.reps // 2 or 1, args.inner)
             times[name] = min(times.get(name, t), t)
     bandwidth = 8.0 * n / times['copy']                       # bytes/s of a copy
-    payload_bytes = 4.0 * words
-    traffic = 12.0 * n + payload_bytes + payload_bytes + 4.0 * n   # encode + decode
     memory_ceiling = traffic / bandwidth
     kernel_ceiling = times['encode'] + times['decode']
     result = {
-        'elements': n, 'seconds': times, 'copy_GBps': bandwidth / 1e9,
+        'elements': n, 'aggregation': aggregation, 'seconds': times,
+        'copy_GBps': bandwidth / 1e9,
         'encode_decode_bytes': traffic, 'memory_ceiling_s': memory_ceiling,
         'kernel_ceiling_s': kernel_ceiling,
         'pushpull_over_kernels': times['pushpull'] / kernel_ceiling,
         'pushpull_over_memory': times['pushpull'] / memory_ceiling,
         'target_holds': times['pushpull'] <= 2 * kernel_ceiling,
     }
-    print('%d elements (%.1f MB float32), best of %d x %d calls' % (
-        n, 4e-6 * n, args.reps, args.inner))
+    print('%d elements (%.1f MB float32), %s aggregation, best of %d x %d calls' % (
+        n, 4e-6 * n, aggregation, args.reps, args.inner))
     for name in ('copy', 'encode', 'decode', 'pushpull'):
         print('  %-9s %8.2f ms' % (name, 1e3 * times[name]))
     print('  copy bandwidth %.2f GB/s; encode + decode move %.1f MB: memory ceiling %.2f ms'

@@ -118,7 +118,7 @@ def main():
     p.add_argument('--kvstore', default='dist_sync', help=argparse.SUPPRESS)
     p.add_argument('--compression-params', default='{}', help=argparse.SUPPRESS)
     p.add_argument('--kvstores', nargs='+', metavar='KVSTORE[:KEY=VALUE,...]',
-                   default=['dist_sync', 'dist_sync_none', 'dist_sync_hylo',
+                   default=['dist_sync', 'dist_sync_none', 'dist_sync_hylo:aggregation=server',
                             'dist_sync_hylo:aggregation=homomorphic', 'dist_sync_2bit'])
     p.add_argument('--rounds', type=int, default=1, help='times the list runs, in turn')
     p.add_argument('--workers', type=int, default=2)

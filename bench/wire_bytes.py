@@ -64,7 +64,8 @@ def scheme_bytes(scheme, shapes, workers):
     return pushed, pulled
 
 
-HYLO_MODES = {'server': {}, 'server, compressed pull': {'pull': 'compressed'},
+HYLO_MODES = {'server': {'aggregation': 'server'},
+              'server, compressed pull': {'aggregation': 'server', 'pull': 'compressed'},
               'homomorphic': {'aggregation': 'homomorphic'}}
 SCALING_WORKERS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 

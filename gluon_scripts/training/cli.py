@@ -21,7 +21,7 @@ def base_parser(description, epilog=None, **defaults):
                         "python -m kvstore_ext.launch -n WORKERS -s SERVERS python SCRIPT ...")
     g.add_argument('--compression-params', default={}, type=_json_dict,
                    help='JSON dict of the scheme\'s parameters, e.g. '
-                        '\'{"size_threshold": 32768, "aggregation": "homomorphic"}\'')
+                        '\'{"size_threshold": 32768, "aggregation": "server"}\'')
     g = p.add_argument_group('training')
     g.add_argument('--num-epochs', type=int, default=3, help='epochs to train (in all, with '
                    '--resume)')
