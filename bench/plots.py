@@ -36,7 +36,7 @@ SCHEME_COLORS = {
 SCHEME_NAMES = {
     'dist_sync': 'dist_sync (MXNet, fp32)',
     'dist_sync_none': 'dist_sync_none (plugin, fp32)',
-    'dist_sync_hylo': 'dist_sync_hylo (server decode)',
+    'dist_sync_hylo': 'dist_sync_hylo (default: homomorphic; server decode before session 20)',
     'dist_sync_hylo(aggregation=server)': 'dist_sync_hylo (server decode)',
     'dist_sync_hylo(aggregation=homomorphic)': 'dist_sync_hylo (homomorphic)',
     'dist_sync_2bit': 'dist_sync_2bit (plugin)',

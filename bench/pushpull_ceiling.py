@@ -64,6 +64,7 @@ def main(argv=None):
     import numpy as np
     import kvstore_ext  # noqa: F401  (registers dist_sync_hylo)
     from kvstore_ext import wire
+    from kvstore_ext.codecs import AdditiveTernaryCodec
     from kvstore_ext.codecs.ternary import VALUE_RULES
     from kvstore_ext.ops import op, shape_attr
     from kvstore_ext.schemes import Hylo
@@ -78,7 +79,6 @@ def main(argv=None):
     defaults = {name: Hylo.PARAMS[name].default
                 for name in ('fc_scale', 'fc_value', 'aggregation')}
     aggregation = args.aggregation or defaults['aggregation']
-    value_rule = VALUE_RULES.index(defaults['fc_value'])
 
     def run_copy():
         grad.copyto(out)
@@ -86,7 +86,8 @@ def main(argv=None):
     if aggregation == 'server':
         words = wire.ternary_payload_words(n)
         encode, decode_slots = op('kvx_ternary_encode'), op('kvx_decode_slots')
-        rule = dict(scale=defaults['fc_scale'], threshold=0.0, value_rule=value_rule)
+        rule = dict(scale=defaults['fc_scale'], threshold=0.0,
+                    value_rule=VALUE_RULES.index(defaults['fc_value']))
         slots = encode(flat, residual, **rule)[0].reshape((1, words))
         # encode: read grad + residual, write residual + payload; decode: read the
         # payload, write the sum
@@ -98,12 +99,13 @@ def main(argv=None):
         def run_decode():
             decode_slots(slots, size=n)
     else:
-        words = wire.ternary_sum_words(n, 1)
+        # the codec's own rules for the statistic and (t, v), one worker; its encode and
+        # decode are timed as raw ops (the codec's methods also read their statuses)
+        codec = AdditiveTernaryCodec((n,), defaults['fc_scale'], 0.0, 'previous',
+                                     defaults['fc_value'])
+        words = codec.sum_words(1)
         encode_sum, decode_sum = op('kvx_ternary_encode_sum'), op('kvx_ternary_decode_sum')
-        abs_sum = op('kvx_acc_abs_sum')
-        # one worker: t from its own mean|acc|, v by the value rule (AdditiveTernaryCodec)
-        fc_t = float(np.float32(defaults['fc_scale'] * np.abs(grad.asnumpy()).mean()))
-        fc_v = float(np.float32(2 * fc_t)) if defaults['fc_value'] == 'round' else fc_t
+        fc_t, fc_v = codec.settle(codec.statistic(flat, residual), 1)
         summed = encode_sum(flat, residual, threshold=fc_t, num_workers=1, value=fc_v)[0]
         # encode: read grad + residual, write residual + payload, then read grad +
         # residual again for the carried statistic; decode: read the payload, write
@@ -111,7 +113,7 @@ def main(argv=None):
 
         def run_encode():
             encode_sum(flat, residual, threshold=fc_t, num_workers=1, value=fc_v)
-            abs_sum(flat, residual)
+            codec.statistic(flat, residual)
 
         def run_decode():
             decode_sum(summed, threshold=fc_v, num_workers=1, shape=shape_attr((n,)))

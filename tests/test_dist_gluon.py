@@ -38,8 +38,8 @@ NOISE = 0.015  # two single runs' accuracy difference that seeds alone can produ
 
 
 def train(tmp_path, env, kvstore, params=None):
-    summary = str(tmp_path / ('%s%s-{rank}.json' % (kvstore, '-'.join([''] + sorted(
-        '%s=%s' % kv for kv in (params or {}).items())))))
+    name = kvstore + ''.join('-%s=%s' % kv for kv in sorted((params or {}).items()))
+    summary = str(tmp_path / (name + '-{rank}.json'))
     extra = ['--compression-params', json.dumps(params)] if params else []
     cmd = [sys.executable, '-m', 'kvstore_ext.launch', '-n', '4', '-s', '2', '--timeout', '500',
            sys.executable, SCRIPT, '--kvstore', kvstore, '--summary-json', summary] + ARGS + extra

@@ -423,7 +423,8 @@ def test_malformed_payloads_are_rejected(codec_id):
 
 # -- residuals are state -----------------------------------------------------------
 
-@pytest.mark.parametrize('aggregation', AGGREGATIONS + [{'aggregation': 'server', 'pull': 'compressed'}])
+@pytest.mark.parametrize('aggregation',
+                         AGGREGATIONS + [{'aggregation': 'server', 'pull': 'compressed'}])
 def test_checkpoint_restores_residuals_exactly(tmp_path, aggregation):
     """Residuals (and agreements carried between steps, and the 'servers'' residuals
     of a compressed pull) are state: a resumed store continues bit for bit, chunked
