@@ -52,7 +52,7 @@ class _SumWire:
         from mxnet import ndarray
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         size = int(np.prod(self.shape))
-        self.key, _ = transport.new_key(work=(transport.num_workers + 1) * size)
+        self.key, _ = transport.new_key(work=sum_key_work(transport.num_workers, size))
         self.pulled = ndarray.zeros(self.shape, dtype=dtype)
         transport.kv.init(self.key, ndarray.zeros(self.shape, dtype=dtype))
         self.step_bytes = size * np.dtype(dtype).itemsize
@@ -98,9 +98,8 @@ class _GatherWire:
         self.rows_per_slot = -(-self.payload_words // self.width)
         self.result_rows = -(-(self.reply_words or self.size) // self.width)
         rows = max(num_workers * self.rows_per_slot, -(-self.size // self.width)) + 1
-        # a round's work at its server: decode every slot, write the sum
-        self.key, name = transport.new_key(work=num_workers * self.payload_words
-                                           + self.size)
+        self.key, name = transport.new_key(work=gather_key_work(
+            num_workers, self.payload_words, self.size))
         self.key_shape = (rows, self.width)
         first = rank * self.rows_per_slot
         slot_rows = ndarray.arange(first, first + self.rows_per_slot, dtype='int64')
@@ -218,6 +217,16 @@ def _row_width(payload_words):
     """Floats a row of a Gather key: ROW_WIDTH, or less for a small payload, but the
     last row's words must fit."""
     return max(min(ROW_WIDTH, payload_words), LAST_ROW_WORDS)
+
+
+def sum_key_work(num_workers, size):
+    """A Sum key's work at its server (KeyNumbers): every worker's array in, the sum."""
+    return (num_workers + 1) * size
+
+
+def gather_key_work(num_workers, payload_words, size):
+    """A Gather key's work at its server: decode every worker's slot, write the sum."""
+    return num_workers * payload_words + size
 
 
 def gather_wire_bytes(payload_words, pulled_words):

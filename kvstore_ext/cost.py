@@ -1,0 +1,396 @@
+"""A cost model of a training step: bytes, wire time, codec time, step time.
+
+Why: whether compression pays depends on the model's shapes, the workers and servers,
+the link and how fast the codecs run on the machine at hand; often it does not
+(Agarwal et al., "On the Utility of Gradient Compression in Distributed Training
+Systems", MLSys 2022). A user needs a prediction before a run, and a policy that
+decides per tensor (as Espresso does) needs the same prediction per tensor: ``cost``.
+
+The bytes are not re-derived here. They come from the code the store runs: the codec
+the scheme plans for a tensor (``Scheme.codec_for_key``), its rounds and their sizes
+(``Codec.wire_words``), the chunks (``chunking.split``), the parameter-server
+transport's padding of Gather payloads (``gather_wire_bytes``) and its placement of
+keys on servers (``KeyNumbers``, with the same work per key). Times are a model on top:
+the equations, their assumptions and every constant's source are in
+docs/COST_MODEL.md. Nothing here sends anything.
+"""
+import bisect
+import re
+
+import numpy as np
+
+from . import chunking
+from .codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterTopKCodec,
+                     TernaryCodec)
+from .codecs.momentum import MomentumCorrection
+from .transport.ps import KeyNumbers, gather_key_work, gather_wire_bytes, sum_key_work
+
+KERNELS_SOURCE = 'bench/results/kernels.json'
+
+# Seconds of one call of each kernel's MXNet operator (the 'op' path: the kernel plus
+# MXNet's dispatch, best of its repetitions) at the element counts measured, from
+# KERNELS_SOURCE (made by bench/kernels.py on an Intel Xeon, one thread; docs/KERNELS.md).
+# tests/test_cost_model.py holds this table equal to that file.
+KERNEL_TIMES = {
+    'fp32_decode': [(10000, 3.915e-05), (100000, 5.439e-05), (1000000, 0.0004296),
+                    (10000000, 0.02685), (100000000, 0.2654)],
+    'fp32_decode_add': [(10000, 3.32e-05), (100000, 4.475e-05), (1000000, 0.0006836),
+                        (10000000, 0.006447), (100000000, 0.05808)],
+    'topk_encode F=4608 5%': [(9216, 4.638e-05), (96768, 0.0001088), (999936, 0.00124),
+                              (9999360, 0.01693), (99998208, 0.1611)],
+    'topk_decode F=4608 5%': [(9216, 3.797e-05), (96768, 5.337e-05), (999936, 0.0003204),
+                              (9999360, 0.02602), (99998208, 0.1985)],
+    'topk_decode_add F=4608 5%': [(9216, 2.586e-05), (96768, 3.073e-05),
+                                  (999936, 3.444e-05), (9999360, 0.0004553),
+                                  (99998208, 0.003417)],
+    'filter_scores F=4608': [(9216, 2.796e-05), (96768, 5.199e-05), (999936, 0.0005101),
+                             (9999360, 0.005341), (99998208, 0.04345)],
+    'topk_gather F=4608 5%': [(9216, 3.952e-05), (96768, 0.0001063), (999936, 0.001157),
+                              (9999360, 0.01473), (99998208, 0.1265)],
+    'topk_scatter F=4608 5%': [(9216, 5.466e-05), (96768, 5.217e-05), (999936, 0.0003602),
+                               (9999360, 0.02781), (99998208, 0.1952)],
+    'ternary_encode adaptive': [(10000, 6.363e-05), (100000, 0.0001273),
+                                (1000000, 0.001903), (10000000, 0.0193),
+                                (100000000, 0.1525)],
+    'ternary_encode fixed t': [(10000, 4.905e-05), (100000, 0.0001144),
+                               (1000000, 0.001806), (10000000, 0.01817),
+                               (100000000, 0.1444)],
+    'ternary_decode': [(10000, 4.608e-05), (100000, 0.000135), (1000000, 0.0009096),
+                       (10000000, 0.03055), (100000000, 0.2378)],
+    'ternary_decode_add': [(10000, 6.749e-05), (100000, 0.0002121), (1000000, 0.001365),
+                           (10000000, 0.01465), (100000000, 0.112)],
+    'ternary_encode_sum n=4': [(10000, 5.267e-05), (100000, 0.0001136),
+                               (1000000, 0.001675), (10000000, 0.0187),
+                               (100000000, 0.2046)],
+    'ternary_decode_sum n=4': [(10000, 5.255e-05), (100000, 0.0001033),
+                               (1000000, 0.0009967), (10000000, 0.03286),
+                               (100000000, 0.2637)],
+}
+
+# ---- units -------------------------------------------------------------------------------
+
+_RATE_UNITS = {'bit': 1, 'kbit': 1e3, 'mbit': 1e6, 'gbit': 1e9, 'tbit': 1e12}
+_TIME_UNITS = {'s': 1.0, 'ms': 1e-3, 'us': 1e-6, 'ns': 1e-9}
+
+
+def parse_rate(text):
+    """Bytes per second of a link rate such as '10Gbit', '100Mbit' or '2.5gbit/s'."""
+    match = re.fullmatch(r'\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]+)(?:/s|ps)?\s*',
+                         str(text).lower())
+    if not match or match.group(2) not in _RATE_UNITS:
+        raise ValueError('link rate %r: expected a number and a unit (bit, kbit, Mbit, '
+                         'Gbit), e.g. 10Gbit or 100Mbit' % (text,))
+    rate = float(match.group(1)) * _RATE_UNITS[match.group(2)] / 8
+    if rate <= 0:
+        raise ValueError('link rate %r: must be above 0' % (text,))
+    return rate
+
+
+def parse_duration(text):
+    """Seconds of a duration such as '0.2ms', '50us' or '1s' ('0' alone is 0)."""
+    text = str(text).strip().lower()
+    if text in ('0', '0.0'):
+        return 0.0
+    match = re.fullmatch(r'([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]+)', text)
+    if not match or match.group(2) not in _TIME_UNITS:
+        raise ValueError('duration %r: expected a number and a unit (s, ms, us), e.g. '
+                         '0.2ms' % (text,))
+    return float(match.group(1)) * _TIME_UNITS[match.group(2)]
+
+
+class Link:
+    """Every node (worker or server) has one full-duplex link of ``rate`` bytes/s; a
+    message takes ``latency`` seconds one way (a round trip: 2 x latency)."""
+
+    def __init__(self, rate, latency=0.0):
+        if not rate > 0:
+            raise ValueError('link rate must be above 0 bytes/s, got %r' % (rate,))
+        if not latency >= 0:
+            raise ValueError('latency must be >= 0 s, got %r' % (latency,))
+        self.rate, self.latency = float(rate), float(latency)
+
+
+# ---- codec time ------------------------------------------------------------------------------
+
+def _interpolate(points, n):
+    """Seconds at ``n`` elements from measured (elements, seconds), linear between
+    points; below the first, the first (a call's fixed cost); above the last,
+    proportional to the last."""
+    sizes = [p[0] for p in points]
+    if n <= sizes[0]:
+        return points[0][1]
+    if n >= sizes[-1]:
+        return points[-1][1] * n / sizes[-1]
+    i = bisect.bisect_right(sizes, n)
+    (a, ta), (b, tb) = points[i - 1], points[i]
+    return ta + (tb - ta) * (n - a) / (b - a)
+
+
+def kernels_of(codec):
+    """(worker kernels, server kernels per worker slot, server kernels once) a step of
+    ``codec`` runs, as KERNEL_TIMES cases, each on the chunk's elements; None if
+    KERNELS_SOURCE measured none of its kernels. () for float32 sent as it is (MXNet's
+    own pushpull: no codec). DGC's momentum correction adds a pass over the velocity,
+    timed as an add of one array into another."""
+    if codec.passthrough:
+        return (), (), ()
+    velocity = ('fp32_decode_add',) if isinstance(codec, MomentumCorrection) else ()
+    if isinstance(codec, AdditiveTopKCodec):
+        return velocity + ('filter_scores F=4608', 'topk_gather F=4608 5%',
+                           'topk_scatter F=4608 5%'), (), ()
+    if isinstance(codec, AdditiveTernaryCodec):
+        return velocity + ('ternary_encode_sum n=4', 'ternary_decode_sum n=4'), (), ()
+    if isinstance(codec, FilterTopKCodec):
+        if codec.compressed_reply:
+            return (velocity + ('topk_encode F=4608 5%', 'topk_decode F=4608 5%'),
+                    ('topk_decode_add F=4608 5%',), ('topk_encode F=4608 5%',))
+        return (velocity + ('topk_encode F=4608 5%', 'fp32_decode'),
+                ('topk_decode_add F=4608 5%',), ())
+    if isinstance(codec, TernaryCodec):
+        encode = 'ternary_encode fixed t' if codec.threshold > 0 else \
+            'ternary_encode adaptive'
+        if codec.compressed_reply:
+            return (velocity + (encode, 'ternary_decode'), ('ternary_decode_add',),
+                    ('ternary_encode adaptive',))
+        return velocity + (encode, 'fp32_decode'), ('ternary_decode_add',), ()
+    return None
+
+
+class KernelSpeeds:
+    """Codec seconds from kernel timings ({case: [(elements, seconds)]}), by the
+    kernels a codec runs (``kernels_of``)."""
+
+    def __init__(self, times=None, source=KERNELS_SOURCE):
+        self.times = KERNEL_TIMES if times is None else times
+        self.source = source
+
+    def seconds(self, case, elements):
+        return _interpolate(self.times[case], elements)
+
+    def codec_seconds(self, codec, workers):
+        """(worker seconds, server seconds) of one step of ``codec`` (one chunk), or None
+        if not measured."""
+        kernels = kernels_of(codec)
+        if kernels is None:
+            return None
+        mine, per_slot, once = kernels
+        n = codec.size
+        worker = sum(self.seconds(k, n) for k in mine)
+        server = workers * sum(self.seconds(k, n) for k in per_slot) + \
+            sum(self.seconds(k, n) for k in once)
+        return worker, server
+
+
+def signature(codec):
+    """What a codec's measurement is filed under: its class and shape."""
+    return '%s%s' % (type(codec).__name__, tuple(codec.shape))
+
+
+class MeasuredSpeeds:
+    """Codec seconds measured on this machine (cost_calibrate): per codec (``signature``)
+    the worker's seconds a step and the servers' seconds to decode one worker's
+    payload; other codecs from ``fallback``."""
+
+    def __init__(self, measured, fallback=None, source='calibrated on this machine'):
+        self.measured, self.fallback, self.source = dict(measured), fallback, source
+
+    def codec_seconds(self, codec, workers):
+        if codec.passthrough:
+            return 0.0, 0.0
+        found = self.measured.get(signature(codec))
+        if found is None:
+            return self.fallback.codec_seconds(codec, workers) if self.fallback else None
+        worker, per_slot = found
+        return worker, workers * per_slot
+
+
+# ---- bytes and rounds ------------------------------------------------------------------------
+
+def tensor_rounds(codec, workers, chunk_size, padded=True):
+    """[(stage, chunk, kind, bytes pushed, bytes pulled, server work)] of one worker's
+    steady-state step of a tensor planned as ``codec``, in the order the transport makes
+    their keys (stage by stage, chunk by chunk: rounds.drive). ``padded``: Gather payloads
+    padded to whole rows, as the parameter-server transport sends them; False: as the
+    one-process transport counts them."""
+    rows = []
+    for index, chunk in enumerate(chunking.split(codec, chunk_size)):
+        for stage, (_, kind, up, down) in enumerate(chunk.codec.wire_words(workers)):
+            if kind == 'gather':
+                work = gather_key_work(workers, up, chunk.codec.size)
+                up, down = gather_wire_bytes(up, down) if padded else (4 * up, 4 * down)
+            else:
+                work = sum_key_work(workers, up)
+                up, down = 4 * up, 4 * down
+            rows.append((stage, index, kind, up, down, work))
+    return sorted(rows, key=lambda r: (r[0], r[1]))
+
+
+class TensorCost:
+    """What one tensor costs a worker a step (``cost``); seconds as if it were alone."""
+
+    def __init__(self, bytes_push, bytes_pull, codec_seconds, server_seconds,
+                 wire_seconds, rounds):
+        self.bytes_push, self.bytes_pull = bytes_push, bytes_pull
+        self.codec_seconds, self.server_seconds = codec_seconds, server_seconds
+        self.wire_seconds, self.rounds = wire_seconds, rounds
+
+    def __iter__(self):
+        """(bytes_push, bytes_pull, codec_seconds, wire_seconds): unpack as a tuple."""
+        return iter((self.bytes_push, self.bytes_pull, self.codec_seconds,
+                     self.wire_seconds))
+
+    def __repr__(self):
+        return ('TensorCost(push=%d B, pull=%d B, codec=%s s, server=%s s, wire=%.3g s, '
+                'rounds=%d)' % (self.bytes_push, self.bytes_pull, self.codec_seconds,
+                                self.server_seconds, self.wire_seconds, self.rounds))
+
+
+def _codec_seconds(codec, workers, speeds, chunk_size):
+    """(worker, server, [server seconds per chunk]) summed over the codec's chunks, or
+    None if ``speeds`` has no measurement for a chunk."""
+    worker = server = 0.0
+    per_chunk = []
+    for chunk in chunking.split(codec, chunk_size):
+        found = speeds.codec_seconds(chunk.codec, workers)
+        if found is None:
+            return None
+        worker, server = worker + found[0], server + found[1]
+        per_chunk.append(found[1])
+    return worker, server, per_chunk
+
+
+def cost(codec, workers, servers, link, speeds=None, chunk_size=1 << 20, padded=True):
+    """The cost of one tensor, planned as ``codec`` (which knows the tensor's shape),
+    to one worker in a step of ``workers`` workers and ``servers`` servers on ``link``:
+    a TensorCost, which unpacks as (bytes_push, bytes_pull, codec_seconds,
+    wire_seconds). ``codec_seconds`` (worker encode + decode) and ``server_seconds``
+    (the servers' decoding) are None where ``speeds`` (default: KernelSpeeds()) has no
+    measurement. ``wire_seconds`` is the tensor's time on the links if it travelled
+    alone: its chunks are spread over the servers as the transport places them."""
+    return step_cost({'tensor': codec}, workers, servers, link, 0.0, speeds,
+                     chunk_size=chunk_size, padded=padded).tensors['tensor']
+
+
+# ---- a step ------------------------------------------------------------------------------------
+
+class StepCost:
+    """A step of one worker: bytes, seconds and the terms of docs/COST_MODEL.md."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    @property
+    def measured(self):
+        """False if some compressed tensor's codec speed is unknown: the step's time is
+        then not predicted (``step_seconds`` None)."""
+        return self.codec_seconds is not None
+
+
+def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, overlap=0.0,
+              chunk_size=1 << 20, padded=True):
+    """Predict one step. ``codecs``: {tensor name: codec}, in the order the worker pushes
+    them (keys are placed on servers in that order). ``overlap``: the fraction of the
+    compute time that the wire time may hide behind (0: none). ``chunk_size``: the
+    scheme's. ``padded``: bytes as the parameter-server transport sends them; False:
+    as the one-process transport counts them (tensor_rounds). See docs/COST_MODEL.md."""
+    if workers < 1 or servers < 1:
+        raise ValueError('workers and servers must be >= 1, got %r and %r'
+                         % (workers, servers))
+    if not 0 <= overlap <= 1:
+        raise ValueError('overlap must be within [0, 1], got %r' % (overlap,))
+    if compute_seconds < 0:
+        raise ValueError('compute time must be >= 0 s, got %r' % (compute_seconds,))
+    speeds = KernelSpeeds() if speeds is None else speeds
+    keys = KeyNumbers(servers)
+    server_in, server_out = [0] * servers, [0] * servers
+    server_busy = [0.0] * servers
+    push = pull = 0
+    codec_total, blocking = 0.0, 0
+    unmeasured = []
+    tensors = {}
+    for name, codec in codecs.items():
+        rounds = tensor_rounds(codec, workers, chunk_size, padded)
+        seconds = _codec_seconds(codec, workers, speeds, chunk_size)
+        if seconds is None:
+            unmeasured.append(name)
+        mine_in, mine_out = [0] * servers, [0] * servers
+        for stage, chunk, kind, up, down, work in rounds:
+            server = keys.server_of(keys.new(work)[0])
+            mine_in[server] += workers * up
+            mine_out[server] += workers * down
+            if seconds is not None and stage == len(codec.wire_words(workers)) - 1:
+                server_busy[server] += seconds[2][chunk]
+        t_push = sum(r[3] for r in rounds)
+        t_pull = sum(r[4] for r in rounds)
+        stages = len({r[0] for r in rounds})
+        push, pull = push + t_push, pull + t_pull
+        for s in range(servers):
+            server_in[s] += mine_in[s]
+            server_out[s] += mine_out[s]
+        blocking += stages - 1
+        if seconds is not None:
+            codec_total += seconds[0]
+        tensors[name] = TensorCost(
+            t_push, t_pull, None if seconds is None else seconds[0],
+            None if seconds is None else seconds[1],
+            _wire(t_push, t_pull, mine_in, mine_out, stages, link), stages)
+    rounds = 1 + blocking if codecs else 0
+    wire = _wire(push, pull, server_in, server_out, rounds, link)
+    worker_link = max(push, pull) / link.rate
+    server_link = max(server_in + server_out) / link.rate
+    measured = not unmeasured
+    codec_seconds = codec_total if measured else None
+    server_seconds = max(server_busy) if measured else None
+    hidden = min(wire, overlap * compute_seconds)
+    step = (compute_seconds + codec_seconds + server_seconds + wire - hidden) \
+        if measured else None
+    return StepCost(bytes_push=push, bytes_pull=pull, worker_link_seconds=worker_link,
+                    server_link_seconds=server_link, rounds=rounds, wire_seconds=wire,
+                    codec_seconds=codec_seconds, server_seconds=server_seconds,
+                    hidden_seconds=hidden, compute_seconds=compute_seconds,
+                    step_seconds=step, unmeasured=unmeasured, tensors=tensors)
+
+
+def _wire(push, pull, server_in, server_out, rounds, link):
+    """max(worker link, busiest server link) + a round trip per blocking round."""
+    busiest = max(list(server_in) + list(server_out))
+    return max(push, pull, busiest) / link.rate + 2 * link.latency * rounds
+
+
+# ---- schemes and their modes ---------------------------------------------------------------------
+
+def variants(schemes):
+    """[(label, scheme name, parameters)]: every registered scheme with its defaults,
+    and each other aggregation mode a scheme offers (its 'aggregation' parameter's
+    choices; with server aggregation, each 'pull')."""
+    out = []
+    for name in sorted(schemes):
+        params = schemes[name].PARAMS
+        out.append(('dist_sync_' + name, name, {}))
+        aggregation = params.get('aggregation')
+        for mode in (aggregation.choices if aggregation else ()):
+            if mode == aggregation.default:
+                continue
+            pulls = params['pull'].choices if 'pull' in params else (None,)
+            for pull in pulls:
+                given = {'aggregation': mode}
+                if pull is not None and pull != params['pull'].default:
+                    given['pull'] = pull
+                label = 'dist_sync_%s:%s' % (name, ','.join(
+                    '%s=%s' % kv for kv in given.items()))
+                try:
+                    schemes[name](**given)
+                except (TypeError, ValueError):     # a combination the scheme refuses
+                    continue
+                if all(label != o[0] for o in out):
+                    out.append((label, name, given))
+    return out
+
+
+def plan(scheme, shapes, workers):
+    """{name: codec} the scheme plans for ``shapes`` ({name: shape}, in push order) at
+    ``workers`` workers, at a key's first step, as the store asks (codec_for_key).
+    With the defaults' warm-ups (none) that is also the steady state."""
+    scheme.num_workers = workers
+    return {name: scheme.codec_for_key(name, tuple(shape), np.float32, step=0)
+            for name, shape in shapes.items()}

@@ -1,0 +1,245 @@
+"""The cost model (kvstore_ext/cost.py) and its CLI (kvstore_ext/advise.py), in one process.
+
+* its bytes are the store's: for every registered scheme and aggregation mode, the
+  bytes a real one-process step reports in ``comm_stats`` equal the model's, so the
+  model cannot drift from the code (the parameter-server transport's padding of Gather
+  payloads is the transport's own function, which the model calls);
+* its shipped kernel timings are those of bench/results/kernels.json;
+* wire time falls as the link gets faster; a fast link with little compute picks
+  dist_sync (codec time dominates), a slow link a compressing scheme;
+* ``python -m kvstore_ext.advise`` on a shapes file and on a gluoncv model prints every
+  scheme and a "fastest" line; bad arguments give one clear error each.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import kvstore_ext
+from kvstore_ext import advise, cost
+from kvstore_ext.schemes import NoCompression
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHUNK = 4096         # small, so that the tensors below are cut into chunks
+SHAPES = {'conv': (64, 64, 3, 3), 'fc': (256, 300), 'bias': (64,), 'wide': (70000,)}
+VARIANTS = cost.variants(kvstore_ext.SCHEMES)
+LINK = cost.Link(cost.parse_rate('1Gbit'), 50e-6)
+
+
+def grad(key, step):
+    rng = np.random.default_rng([step, sorted(SHAPES).index(key)])
+    return (rng.standard_normal(SHAPES[key]) * 0.01).astype(np.float32)
+
+
+def test_every_scheme_and_mode_is_modelled():
+    labels = [v[0] for v in VARIANTS]
+    assert sorted({v[1] for v in VARIANTS}) == sorted(kvstore_ext.SCHEMES)
+    assert 'dist_sync_hylo:aggregation=server' in labels
+    assert 'dist_sync_hylo:aggregation=server,pull=compressed' in labels
+    assert len(labels) == len(set(labels))
+
+
+@pytest.mark.parametrize('label,name,params', VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_bytes_equal_the_stores_comm_stats(label, name, params):
+    """Steps 2 and 3 of a real one-process store (past any first-step agreement): the
+    bytes each adds to comm_stats are the model's for the codecs the store planned."""
+    kv = mx.kv.create('dist_sync_' + name)
+    kv.set_gradient_compression(dict(params, chunk_size=CHUNK))
+    counts = []
+    for step in range(3):
+        for key in SHAPES:
+            kv.pushpull(key, mx.nd.array(grad(key, step)))
+        counts.append(kv.comm_stats())
+    scheme = kvstore_ext.SCHEMES[name](chunk_size=CHUNK, **params)
+    codecs = cost.plan(scheme, SHAPES, 1)
+    for key in SHAPES:
+        assert repr(codecs[key]) == repr(kv._keys[key].codec), (label, key)
+    model = cost.step_cost(codecs, 1, 1, LINK, 0.0, chunk_size=CHUNK, padded=False)
+    for a, b in zip(counts[1:], counts[2:]):
+        assert b['push_bytes'] - a['push_bytes'] == model.bytes_push, label
+        assert b['pull_bytes'] - a['pull_bytes'] == model.bytes_pull, label
+
+
+def test_the_parameter_server_pads_gather_payloads_to_rows():
+    """Server-decoded payloads travel in whole rows of a row_sparse key: the model's
+    push bytes are the transport's (gather_wire_bytes), at least the payload's."""
+    from kvstore_ext.transport.ps import gather_wire_bytes
+    scheme = kvstore_ext.SCHEMES['hylo'](aggregation='server')
+    codec = cost.plan(scheme, {'fc': (256, 300)}, 4)['fc']
+    words = codec.payload_words()
+    push, pull, _, _ = cost.cost(codec, 4, 1, LINK)
+    assert (push, pull) == gather_wire_bytes(words, codec.size)
+    assert push >= 4 * words and push != 4 * words   # 1075 words: padded to 2 x 1024
+
+
+def test_kernel_table_is_the_results_file():
+    with open(os.path.join(REPO, cost.KERNELS_SOURCE)) as f:
+        results = json.load(f)['results']
+    for case, points in cost.KERNEL_TIMES.items():
+        measured = [(r['elements'], r['paths']['op']['best_s']) for r in results
+                    if r['case'] == case and 'op' in r['paths']]
+        assert [n for n, _ in measured] == [n for n, _ in points], case
+        np.testing.assert_allclose([t for _, t in points], [t for _, t in measured],
+                                   rtol=1e-3, err_msg=case)
+
+
+def test_per_tensor_cost():
+    """cost() unpacks as (bytes_push, bytes_pull, codec_seconds, wire_seconds); a float32
+    tensor costs no codec time; a codec the kernel timings do not cover is None."""
+    hylo = kvstore_ext.SCHEMES['hylo']()
+    codecs = cost.plan(hylo, {'conv': (256, 128, 3, 3)}, 4)
+    push, pull, codec_s, wire_s = cost.cost(codecs['conv'], 4, 2, LINK)
+    raw = 4 * 256 * 128 * 9
+    assert 0 < push < raw and 0 < pull < raw and codec_s > 0
+    # one chunk: one server carries all 4 workers' payloads; one round trip
+    assert wire_s == pytest.approx(4 * max(push, pull) / LINK.rate + 2 * LINK.latency)
+    plain = cost.cost(cost.plan(NoCompression(), {'b': (64,)}, 4)['b'], 4, 2, LINK)
+    assert plain.codec_seconds == 0 and plain.bytes_push == plain.bytes_pull == 256
+    thc = cost.plan(kvstore_ext.SCHEMES['thc'](), {'fc': (256, 300)}, 4)['fc']
+    assert cost.cost(thc, 4, 2, LINK).codec_seconds is None
+
+
+def model_shapes():
+    """A model of conv and FC layers of a few million parameters."""
+    return {'conv1': (64, 3, 7, 7), 'conv2': (256, 128, 3, 3), 'conv3': (512, 256, 3, 3),
+            'bn': (512,), 'fc1': (1024, 4608), 'fc1_bias': (1024,), 'fc2': (1000, 1024)}
+
+
+def predictions(rate, latency, compute, workers=4, servers=2):
+    return dict(advise.predict(model_shapes(), workers, servers,
+                               cost.Link(cost.parse_rate(rate), latency), compute))
+
+
+def test_wire_time_falls_as_the_link_gets_faster():
+    rates = ['10Mbit', '100Mbit', '1Gbit', '10Gbit', '100Gbit']
+    for latency in (0.0, 1e-3):
+        rows = [predictions(r, latency, 0.01) for r in rates]
+        for label in rows[0]:
+            wires = [r[label].wire_seconds for r in rows]
+            assert all(a > b for a, b in zip(wires, wires[1:])), (label, latency, wires)
+            steps = [r[label].step_seconds for r in rows]
+            if steps[0] is not None:
+                assert all(a > b for a, b in zip(steps, steps[1:])), (label, steps)
+
+
+def test_a_fast_link_picks_dist_sync_and_a_slow_link_compression():
+    fast = predictions('400Gbit', 1e-6, 1e-4)
+    assert advise.fastest(list(fast.items()))[0] == 'dist_sync'
+    slow = predictions('10Mbit', 50e-6, 0.05)
+    label, best = advise.fastest(list(slow.items()))
+    assert label not in ('dist_sync', 'dist_sync_none')
+    assert best.bytes_push + best.bytes_pull < \
+        slow['dist_sync'].bytes_push + slow['dist_sync'].bytes_pull
+
+
+def test_overlap_hides_wire_time_behind_compute():
+    none = predictions('100Mbit', 0.0, 0.2)['dist_sync']
+    half = dict(advise.predict(model_shapes(), 4, 2, cost.Link(cost.parse_rate('100Mbit')),
+                               0.2, overlap=0.5))['dist_sync']
+    assert none.step_seconds - half.step_seconds == pytest.approx(
+        min(0.1, none.wire_seconds))
+
+
+def test_units():
+    assert cost.parse_rate('10Gbit') == 10e9 / 8
+    assert cost.parse_rate('100mbit/s') == 100e6 / 8
+    assert cost.parse_duration('50us') == pytest.approx(50e-6)
+    assert cost.parse_duration('0') == 0
+    for bad in ('fast', '10', '10GB', '-1Gbit', '0Gbit'):
+        with pytest.raises(ValueError, match='link rate'):
+            cost.parse_rate(bad)
+    with pytest.raises(ValueError, match='duration'):
+        cost.parse_duration('5')
+
+
+def shapes_file(tmp_path, shapes=None):
+    path = tmp_path / 'shapes.json'
+    path.write_text(json.dumps(shapes or {k: list(s) for k, s in model_shapes().items()}))
+    return str(path)
+
+
+def check_report(text):
+    for label in ['dist_sync'] + [v[0] for v in VARIANTS]:
+        assert any(line.split()[:1] == [label] for line in text.splitlines()), label
+    fastest = [line for line in text.splitlines() if line.startswith('fastest: ')]
+    assert len(fastest) == 1
+    assert fastest[0].split()[1].rstrip(',') in ['dist_sync'] + [v[0] for v in VARIANTS]
+
+
+def test_advise_cli_on_a_shapes_file(tmp_path):
+    out = subprocess.run(
+        [sys.executable, '-m', 'kvstore_ext.advise', '--shapes', shapes_file(tmp_path),
+         '--workers', '4', '--servers', '2', '--link', '100Mbit', '--compute-ms', '30',
+         '--json', str(tmp_path / 'out.json')],
+        capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    check_report(out.stdout)
+    rows = json.loads((tmp_path / 'out.json').read_text())['rows']
+    assert [r['kvstore'] for r in rows] == ['dist_sync'] + [v[0] for v in VARIANTS]
+
+
+def test_advise_on_a_gluoncv_model(capsys):
+    assert advise.main(['--model', 'cifar_resnet20_v1', '--workers', '2',
+                        '--link', '10Gbit', '--compute-ms', '5']) == 0
+    text = capsys.readouterr().out
+    check_report(text)
+    assert text.startswith('cifar_resnet20_v1: ')
+
+
+def test_calibrate_measures_every_codec():
+    """--calibrate times each planned codec on this machine: every step is predicted."""
+    from kvstore_ext.cost_calibrate import calibrate
+    shapes = {'conv': (64, 64, 3, 3), 'fc': (256, 300), 'bias': (64,)}
+    speeds = calibrate(VARIANTS, shapes, repeats=1)
+    rows = advise.predict(shapes, 1, 1, LINK, 0.01, speeds=speeds)
+    assert all(c.step_seconds is not None for _, c in rows), \
+        [label for label, c in rows if c.step_seconds is None]
+    assert all(w >= 0 and s >= 0 for w, s in speeds.measured.values())
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--link', 'fast'], "link rate 'fast'"),
+    (['--workers', '0'], '--workers must be >= 1'),
+    (['--servers', '-1'], '--servers must be >= 1'),
+    (['--latency', '5'], "duration '5'"),
+    (['--overlap', '2'], '--overlap must be within'),
+    (['--compute-ms', '-3'], '--compute-ms must be >= 0'),
+])
+def test_bad_arguments(tmp_path, capsys, args, message):
+    base = {'--shapes': shapes_file(tmp_path), '--link': '1Gbit', '--compute-ms': '10'}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    with pytest.raises(SystemExit) as stop:
+        advise.main([x for kv in base.items() for x in kv])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('content,message', [
+    (None, 'cannot read it'),
+    ('[1, 2]', 'expected a JSON object'),
+    ('{"fc": [10, 0]}', "parameter 'fc': a shape is a non-empty list"),
+    ('{"fc": "10x3"}', "parameter 'fc'"),
+    ('not json', 'not JSON'),
+])
+def test_bad_shapes_files(tmp_path, capsys, content, message):
+    path = tmp_path / 'shapes.json'
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit):
+        advise.main(['--shapes', str(path), '--link', '1Gbit', '--compute-ms', '10'])
+    assert message in capsys.readouterr().err
+
+
+def test_bad_model_and_missing_source(capsys):
+    with pytest.raises(SystemExit):
+        advise.main(['--model', 'resnet_nonesuch', '--link', '1Gbit', '--compute-ms', '1'])
+    assert "--model 'resnet_nonesuch': not a gluoncv model-zoo name" in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        advise.main(['--link', '1Gbit', '--compute-ms', '1'])
+    assert 'one of the arguments --model --shapes is required' in capsys.readouterr().err
