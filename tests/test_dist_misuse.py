@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, 'dist_jobs', 'misuse_job.py')
 WORKERS = 2
@@ -24,6 +26,7 @@ def run(tmp_path, env, kvstore, timeout=300):
     return [json.load(open(out.replace('{rank}', str(r)))) for r in range(WORKERS)]
 
 
+@pytest.mark.timeout(660)       # two jobs of 300 s at most (alone: about 15 s each)
 def test_misuse_on_ps_lite(tmp_path, job_env):
     ours = run(tmp_path, job_env, 'dist_sync_hylo')
     plain = run(tmp_path, job_env, 'dist_sync')
