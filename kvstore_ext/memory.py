@@ -132,11 +132,18 @@ class StateMemory:
         ``agreed/<key>/<chunk>``) are read too."""
         self._arrays = {}
         for name, array in arrays.items():
-            if '@' in name:
-                state_name, _, key = name.partition('@')
-            elif name.startswith('agreed/'):
-                key, _, chunk = name[len('agreed/'):].rpartition('/')
-                state_name = '%s.agreed' % chunk
-            else:
-                state_name, key = RESIDUAL, name
+            state_name, key = split_name(name)
             self._arrays.setdefault(parse_file_key(key), {})[state_name] = array
+
+
+def split_name(name):
+    """(state name, key as file_key spells it) of a name in a state file, of this
+    version or of version 0.1."""
+    if '@' in name:
+        state_name, _, key = name.partition('@')
+    elif name.startswith('agreed/'):
+        key, _, chunk = name[len('agreed/'):].rpartition('/')
+        state_name = '%s.agreed' % chunk
+    else:
+        state_name, key = RESIDUAL, name
+    return state_name, key

@@ -2,8 +2,10 @@
 
 Why not strings: BytePS passes parameters as whitespace-joined strings and finds
 mistakes at run time, if at all. Here every key is declared with a type, a default
-and a check, and a wrong key or value fails when the parameters are set.
+and a check, and a wrong key or value fails when the parameters are set. Numbers must
+be finite: NaN and infinities are refused for every parameter.
 """
+import math
 import numbers
 
 
@@ -26,14 +28,18 @@ class Param:
             return value
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError('%s must be a number, got %r' % (name, value))
+        if value != value:
+            raise ValueError('%s must not be NaN' % name)
+        if not math.isfinite(value):
+            # no parameter means anything at infinity (a threshold of inf sends nothing,
+            # a scale of inf voids every step): refused when set, not at the first step
+            raise ValueError('%s must be finite, got %r' % (name, value))
         if self.kind == 'int':
             if int(value) != value:
                 raise ValueError('%s must be a whole number, got %r' % (name, value))
             value = int(value)
         else:
             value = float(value)
-        if value != value:
-            raise ValueError('%s must not be NaN' % name)
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             raise ValueError('%s must be %s %s, got %r'
                              % (name, '>' if self.low_open else '>=', self.low, value))
@@ -60,3 +66,20 @@ def describe(spec):
     """One line per parameter, for --help texts and docs."""
     return '\n'.join('  %-16s %s (default %r)' % (name, p.doc, p.default)
                      for name, p in spec.items())
+
+
+def as_params(compression_params, kvstore_type):
+    """``compression_params`` as a new dict: a dict (any mapping) or None. A JSON string
+    is refused, not parsed: MXNet's own kvstores take a dict only, so code that passed
+    a string would break on switching to ``dist_sync``; one type works for both."""
+    import collections.abc
+    if compression_params is None:
+        return {}
+    if not isinstance(compression_params, collections.abc.Mapping):
+        hint = (' (parse it first: json.loads(...))'
+                if isinstance(compression_params, (str, bytes)) else '')
+        raise TypeError('%s: compression_params must be a dict of parameter names to '
+                        'values, as for MXNet\'s kvstores; got %s %r%s'
+                        % (kvstore_type, type(compression_params).__name__,
+                           compression_params, hint))
+    return dict(compression_params)

@@ -35,11 +35,12 @@ from mxnet.kvstore import KVStoreBase
 from mxnet import ndarray
 from mxnet.context import cpu
 
-from . import chunking
+from . import calls, chunking, sparse
 from .codecs.base import GatherCodec, deferred_checks
 from .errors import NONFINITE, VOID, NonFiniteGradientError, status_message
 from .memory import StateMemory
 from .ops import op
+from .params import as_params
 from .rounds import drive, void
 from .stats import CommStats
 
@@ -151,7 +152,7 @@ class CompressedKVStore(KVStoreBase):
         if any(state.codec is not None for state in self._keys.values()):
             raise RuntimeError('set_gradient_compression must be called before the first '
                                'pushpull: codecs and residuals already exist')
-        params = dict(compression_params or {})
+        params = as_params(compression_params, self.type)
         kind = params.pop('type', self.scheme_class.name)
         if kind != self.scheme_class.name:
             ours = sorted(name for name, cls in KVStoreBase.kv_registry.items()
@@ -213,6 +214,7 @@ class CompressedKVStore(KVStoreBase):
     def broadcast(self, key, value, out, priority=0):
         """Rank 0's ``value`` becomes every rank's ``out``; also declares the key."""
         if isinstance(key, (list, tuple)):
+            calls.check_lengths('broadcast', key, values=value, outs=out)
             for k, v, o in zip(key, value, out):
                 self.broadcast(k, v, o, priority)
             return
@@ -229,11 +231,12 @@ class CompressedKVStore(KVStoreBase):
         """Sum ``value`` over devices and workers (compressed) into ``out`` or ``value``.
 
         The sum goes to ``out`` only: the store keeps no copy, so a ``pull`` of the key
-        before its next ``push`` raises rather than return an older value."""
+        before its next ``push`` raises rather than return an older value. A list of
+        keys: one round per distinct key, a repeated key's values summed into every
+        one of its outs, as MXNet does (calls.py)."""
         if isinstance(key, (list, tuple)):
-            outs = out if out is not None else [None] * len(key)
-            for k, v, o in zip(key, value, outs):
-                self.pushpull(k, v, o, priority)
+            for k, values, outs in calls.pushpull_rounds(key, value, out, self._check_key):
+                self._round(k, values, outs).stored = None
             return
         values = _as_list(value)
         outs = values if out is None else _as_list(out)
@@ -504,10 +507,11 @@ class CompressedKVStore(KVStoreBase):
             return
         state.codec = codec
         state.chunks = chunking.split(codec, self._scheme.params['chunk_size'])
-        # plain: a float32 tensor sent as it is: no payload to build, so each chunk
-        # takes MXNet's own pushpull on a view of the arrays (no copies; MXNet sums
-        # the devices): the plugin then costs what dist_sync costs
-        state.plain = codec.passthrough and state.dtype == np.float32
+        # plain: a tensor sent as it is: no payload to build, so each chunk takes
+        # MXNet's own pushpull on a view of the arrays (no copies; MXNet sums the
+        # devices), in the key's own dtype (float64 and float16 sum as in dist_sync,
+        # not rounded through float32): the plugin then costs what dist_sync costs
+        state.plain = codec.passthrough
         if codec.uses_residual:
             state.residual = self._memory.residual(state.key, state.shape)
         else:
@@ -568,20 +572,25 @@ class CompressedKVStore(KVStoreBase):
                 raise TypeError('key %r: dtype %s cannot be summed by the parameter server '
                                 '(float16/32/64 only)' % (key, dtype))
             if value.stype != 'default':
-                raise TypeError('key %r: %s arrays are not supported; %s handles dense '
-                                'gradients' % (key, value.stype, self.type))
+                raise TypeError(sparse.refusal(key, value.stype, self.type))
+            if value.size == 0:
+                raise ValueError('key %r: zero-size array (shape %s): there is nothing to '
+                                 'sum; leave it out of the kvstore' % (key, value.shape))
             state = _Key(key, tuple(value.shape), dtype)
             self._keys[key] = state
         return state
 
-    @staticmethod
-    def _check_value(key, value, state):
+    def _check_value(self, key, value, state):
+        if value.stype != 'default':
+            raise TypeError(sparse.refusal(key, value.stype, self.type))
         if tuple(value.shape) != state.shape or np.dtype(value.dtype) != state.dtype:
             raise ValueError('key %r holds %s %s, got %s %s' % (
                 key, state.shape, state.dtype, tuple(value.shape), np.dtype(value.dtype)))
 
     def _check_out(self, key, out):
         state = self._keys[key]
+        if out.stype != 'default':
+            raise TypeError(sparse.refusal(key, out.stype, self.type))
         if tuple(out.shape) != state.shape:
             raise ValueError('key %r: output shape %s does not match %s'
                              % (key, tuple(out.shape), state.shape))
@@ -613,19 +622,20 @@ class CompressedKVStore(KVStoreBase):
         self._transport.save_server_state(fname + SERVERS_SUFFIX)
 
     def load_compression_state(self, fname):
-        """Restore what ``save_compression_state`` wrote; before the first pushpull."""
-        import json
+        """Restore what ``save_compression_state`` wrote; before the first pushpull. The
+        file is checked whole first (state_file.py): a malformed one raises ValueError
+        naming the file and what is wrong, and this store stays as it was."""
+        from . import state_file
         if any(state.codec is not None for state in self._keys.values()):
             raise RuntimeError('load_compression_state must come before the first pushpull')
-        arrays = ndarray.load(fname)
-        meta = json.loads(arrays.pop('__meta__').asnumpy().tobytes().decode())
+        meta, arrays = state_file.read(fname)
         if meta['type'] != self.type or meta['rank'] != self.rank:
             raise ValueError('%s holds the state of %s rank %d, not of %s rank %d (residuals '
                              'belong to one worker)' % (fname, meta['type'], meta['rank'],
                                                         self.type, self.rank))
-        self.set_gradient_compression(meta['params'])
-        self._memory.restore(arrays)
+        scheme, stats = state_file.rebuild(fname, meta, self.scheme_class)
         self._transport.restore_server_state(fname + SERVERS_SUFFIX)
-        self._stats.restore(meta['stats'])
-        self._scheme.restore(meta.get('scheme'))
+        scheme.learning_rate = self._learning_rate
+        self._scheme, self._stats = scheme, stats
+        self._memory.restore(arrays)
         self._restored = True

@@ -8,11 +8,6 @@ import sys
 from . import errors
 from .errors import UsageError
 
-# kvstore types MXNet creates natively (mx.kv.create of an unknown name silently
-# makes a 'local' store, so names are checked here)
-MXNET_KVSTORES = ('local', 'device', 'nccl', 'dist_sync', 'dist_async', 'dist_device_sync',
-                  'dist_sync_device', 'dist_async_device', 'dist_device_async')
-
 
 def import_mxnet():
     """Import MXNet first: in a server or scheduler process started with the script
@@ -25,6 +20,9 @@ def import_mxnet():
 def check_kvstore_flags(args):
     """--kvstore and --compression-params make sense together, before anything starts."""
     import kvstore_ext
+    # MXNet's native types (kvstore_ext/names.py: mx.kv.create of an unknown name
+    # makes a 'local' store, or a plain dist one if it contains 'dist')
+    from kvstore_ext.names import MXNET_TYPES as MXNET_KVSTORES
     ours = kvstore_ext.kvstore_types()
     name = args.kvstore.lower()
     params = dict(args.compression_params)

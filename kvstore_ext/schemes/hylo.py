@@ -154,8 +154,14 @@ class Hylo(Scheme):
                                         'one agreed filter set, where in server mode each '
                                         'sends its own and the sum covers their union',
                                         low=1, high=100),
-        'fc_scale': Param('float', 2.0, 'FC threshold t = fc_scale * mean|acc|',
-                          low=0, low_open=True),
+        # fc_scale >= 0.01: a code stands for at most 2t (fc_value 'round'; t for 't'),
+        # so a value drains at most 2 * fc_scale * mean|acc| a step and the residual
+        # must grow to 1 / (2 * fc_scale) steps of gradient before the sums carry it
+        # (50 at 0.01; 1e-30 sent sums of ~0 for ever); with 'mean', 0.01 already
+        # selects ~99% of Gaussian values, so a smaller scale would change nothing
+        'fc_scale': Param('float', 2.0, 'FC threshold t = fc_scale * mean|acc| '
+                          '(at least 0.01)', low=0.01),
+        # fc_threshold is in the gradient's own units: any finite value >= 0 may fit
         'fc_threshold': Param('float', 0.0, 'fixed FC threshold if > 0 (else adaptive)',
                               low=0),
         'aggregation': Param('str', 'homomorphic', "'homomorphic' (additive payloads "

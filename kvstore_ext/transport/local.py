@@ -81,12 +81,13 @@ class LocalTransport:
         return results, pushed, pulled
 
     def pushpull_plain(self, key, chunks, values, outs):
-        """Uncompressed float32: the sum over devices (and one worker); no chunks
-        needed, nothing travels."""
+        """Uncompressed: the sum over devices (and one worker) in the arrays' dtype,
+        as MXNet's local store sums; no chunks needed, nothing travels."""
         total = values[0].copy() if len(values) > 1 else values[0]
         for v in values[1:]:
             total += v.as_in_context(total.context)
         for o in outs:
             if o.handle.value != total.handle.value:
                 total.copyto(o)
-        return total.size * 4, total.size * 4
+        nbytes = total.size * np.dtype(total.dtype).itemsize
+        return nbytes, nbytes

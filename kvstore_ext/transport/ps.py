@@ -309,15 +309,17 @@ class PSTransport:
         return [w.result(r) for w, (_, r) in zip(wires, requests)], pushed, pulled
 
     def pushpull_plain(self, key, chunks, values, outs):
-        """Uncompressed float32: MXNet's own pushpull (it sums devices) of each chunk,
-        on views of the arrays, through the chunk's Sum key."""
+        """Uncompressed: MXNet's own pushpull (it sums devices) of each chunk, on views
+        of the arrays, through the chunk's Sum key, in the arrays' dtype (a float64 key
+        sums as in dist_sync)."""
         traffic = 0
+        dtype = np.dtype(values[0].dtype)
         last_outs = self._plain_outs.get(key)
         if last_outs is not None:
             _after_last_round(last_outs, values)
         self._plain_outs[key] = list(outs)
         for index, chunk in enumerate(chunks):
-            wire = self._wire(key, index, 'payload', 'sum', chunk.codec.shape)
+            wire = self._wire(key, index, 'payload', 'sum', chunk.codec.shape, dtype)
             self.kv.pushpull(wire.key, [chunk.view(v) for v in values],
                              out=[chunk.view(o) for o in outs])
             traffic += wire.step_bytes
