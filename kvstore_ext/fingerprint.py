@@ -21,8 +21,9 @@ sum is every worker's slot side by side. Each word is a whole number below 2**24
 float32 (x + 0 = x, exact too) for the message: text is packed 3 bytes a word, and
 what must compare exactly is also hashed (CRC-32 cut to 24 bits). It costs one small
 round per key, once (twice for a key that ``init``/``broadcast`` declares: the
-parameters may be set between that and its first step), never per step. A job of one
-worker has no one to disagree with and skips it.
+parameters may be set between that and its first step), never per step; its bytes
+are not in ``comm_stats`` (which counts what the steps move). A job of one worker has
+no one to disagree with and skips it.
 """
 import json
 import math
@@ -179,7 +180,7 @@ def _show_shape(row):
                        ', ...' if ndim > MAX_DIMS else '')
 
 
-def agree(transport, stats, kind, key, shape, dtype, params, spec):
+def agree(transport, kind, key, shape, dtype, params, spec):
     """Exchange this worker's fingerprint of ``key`` with every worker's (one Sum
     round) and raise :class:`ConfigurationMismatchError` if any differs. Every worker
     must call it at the same point (the store does: at a key's init/broadcast and
@@ -190,10 +191,9 @@ def agree(transport, stats, kind, key, shape, dtype, params, spec):
     from .rounds import Sum
     words = np.zeros((transport.num_workers, WORDS), dtype=np.float32)
     words[transport.rank] = slot(kind, key, shape, dtype, params, spec)
-    results, pushed, pulled = transport.exchange(
+    results, _, _ = transport.exchange(
         ROUND_KEY, [(0, Sum('fingerprint', ndarray.array(words.reshape((-1,)),
                                                          dtype=np.float32)))])
-    stats.record_extra(pushed, pulled)
     rows = results[0].asnumpy().reshape((transport.num_workers, WORDS))
     message = compare(rows, key, params, spec)
     if message is not None:

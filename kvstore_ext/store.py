@@ -257,10 +257,10 @@ class CompressedKVStore(KVStoreBase):
             self._scheme.bind(key, values)
         step = self._stats.pushes(key)
         if state.codec is None or (step and self._scheme.replans_at(step)):
-            if step and step > self._settled:
-                self._settle(step)
             if state.codec is None:
                 self._agree(state)
+            if step and step > self._settled:
+                self._settle(step)
             self._plan(state, step)
         if state.plain:
             if state.flush is not None:
@@ -502,7 +502,7 @@ class CompressedKVStore(KVStoreBase):
     def _agree(self, state):
         """Every worker's kvstore type, parameters and the key's shape and dtype must be
         this worker's, or every worker raises, naming what differs (fingerprint.py)."""
-        fingerprint.agree(self._transport, self._stats, self.type, state.key, state.shape,
+        fingerprint.agree(self._transport, self.type, state.key, state.shape,
                           state.dtype, self._scheme.params,
                           dict(COMMON_PARAMS, **self._scheme.PARAMS))
 
