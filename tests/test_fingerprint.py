@@ -101,3 +101,14 @@ def test_one_worker_has_no_one_to_disagree_with():
             raise AssertionError('no round for one worker')
     fingerprint.agree(OneWorker(), 'dist_sync_hylo', 'fc', (2, 3), np.float32,
                       {'chunk_size': 1024}, COMMON_PARAMS)
+
+
+def test_a_parameter_beyond_the_named_ones_still_differs():
+    """A scheme with more parameters than MAX_PARAMS: the digest of all of them tells."""
+    params = {'p%02d' % i: 1.0 for i in range(fingerprint.MAX_PARAMS + 5)}
+    other = dict(params, p36=2.0)
+    rows = rows_of(fingerprint.slot('dist_sync_x', 'k', (3,), np.float32, params, {}),
+                   fingerprint.slot('dist_sync_x', 'k', (3,), np.float32, other, {}))
+    message = fingerprint.compare(rows, 'k', params, {})
+    assert message is not None and 'beyond the %d named here' % fingerprint.MAX_PARAMS \
+        in message, message
