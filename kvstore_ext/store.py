@@ -35,13 +35,14 @@ from mxnet.kvstore import KVStoreBase
 from mxnet import ndarray
 from mxnet.context import cpu
 
-from . import calls, chunking, sparse
+from . import calls, chunking, fingerprint, sparse
 from .codecs.base import GatherCodec, deferred_checks
 from .errors import NONFINITE, VOID, NonFiniteGradientError, status_message
 from .memory import StateMemory
 from .ops import op
 from .params import as_params
 from .rounds import drive, void
+from .schemes.base import COMMON_PARAMS
 from .stats import CommStats
 
 _FLOAT_TYPES = (np.float16, np.float32, np.float64)
@@ -221,6 +222,7 @@ class CompressedKVStore(KVStoreBase):
         self._check_key(key)
         value = value[0] if isinstance(value, (list, tuple)) else value
         state = self._declare(key, value)
+        self._agree(state)
         result = self._transport.broadcast(key, value.as_in_context(cpu()))
         for o in _as_list(out):
             self._check_out(key, o)
@@ -258,6 +260,8 @@ class CompressedKVStore(KVStoreBase):
             self._scheme.bind(key, values)
         step = self._stats.pushes(key)
         if state.codec is None or (step and self._scheme.replans_at(step)):
+            if state.codec is None:
+                self._agree(state)
             if step and step > self._settled:
                 self._settle(step)
             self._plan(state, step)
@@ -302,6 +306,7 @@ class CompressedKVStore(KVStoreBase):
                                'pushpull): a kvstore initialises each key once' % (key,))
         value = value[0] if isinstance(value, (list, tuple)) else value
         state = self._declare(key, value)
+        self._agree(state)
         state.stored = self._transport.broadcast(key, value.as_in_context(cpu())).copy()
 
     def push(self, key, value, priority=0):
@@ -496,6 +501,13 @@ class CompressedKVStore(KVStoreBase):
             return results[0]
 
         self._scheme.settle(step, self.rank, share)
+
+    def _agree(self, state):
+        """Every worker's kvstore type, parameters and the key's shape and dtype must be
+        this worker's, or every worker raises, naming what differs (fingerprint.py)."""
+        fingerprint.agree(self._transport, self.type, state.key, state.shape,
+                          state.dtype, self._scheme.params,
+                          dict(COMMON_PARAMS, **self._scheme.PARAMS))
 
     def _plan(self, state, step):
         """Codec, chunks and chunk states of a key: at its first pushpull, and again
