@@ -35,7 +35,7 @@ from mxnet.kvstore import KVStoreBase
 from mxnet import ndarray
 from mxnet.context import cpu
 
-from . import calls, chunking, fingerprint, sparse
+from . import calls, chunking, fingerprint, resume_workers, sparse
 from .codecs.base import GatherCodec, deferred_checks
 from .errors import NONFINITE, VOID, NonFiniteGradientError, status_message
 from .memory import StateMemory
@@ -620,12 +620,16 @@ class CompressedKVStore(KVStoreBase):
         """Save this worker's per-key state (residuals and what codecs keep between
         steps), its parameters and byte counters (one file per worker). Rank 0 also
         has the servers save their residuals (``pull='compressed'``) in the directory
-        ``fname + '.servers'``, on the servers' file system."""
+        ``fname + '.servers'``, on the servers' file system, after its last rounds are
+        done (transport/ps.py). Call it on every worker after the same step; it is not
+        collective (no worker waits for another's call), and a job resumes the state
+        with as many workers as saved it (resume_workers.py)."""
         import json
         self._resolve_pending()
         arrays = self._memory.state()
         arrays['__meta__'] = ndarray.array(
             np.frombuffer(json.dumps({'type': self.type, 'rank': self.rank,
+                                      'num_workers': self.num_workers,
                                       'params': self._scheme.params,
                                       'stats': self._stats.state(),
                                       'scheme': self._scheme.state()}).encode(), np.uint8),
@@ -640,7 +644,9 @@ class CompressedKVStore(KVStoreBase):
         from . import state_file
         if any(state.codec is not None for state in self._keys.values()):
             raise RuntimeError('load_compression_state must come before the first pushpull')
+        resume_workers.check_file(fname, self.rank)
         meta, arrays = state_file.read(fname)
+        resume_workers.check_workers(meta, fname, self.num_workers)
         if meta['type'] != self.type or meta['rank'] != self.rank:
             raise ValueError('%s holds the state of %s rank %d, not of %s rank %d (residuals '
                              'belong to one worker)' % (fname, meta['type'], meta['rank'],

@@ -270,8 +270,18 @@ class PSTransport:
 
     def save_server_state(self, directory):
         """Rank 0 has every server write its residuals (compressed replies) into
-        ``directory``, on the servers' file system; it returns once they have."""
+        ``directory``, on the servers' file system; it returns once they have.
+
+        The files are a cut after the last step rank 0 called pushpull for: before the
+        command leaves (it goes straight to the servers, past MXNet's engine), rank 0
+        waits for every op it queued, its pushes included. A push of a round is done
+        when the servers answered it, which they do only once every worker pushed that
+        round and the aggregator ran; the save then waits for the residuals it writes
+        (the re-encode). No barrier is needed, so a save called by rank 0 alone cannot
+        deadlock (another worker may call its own save at any time, or not at all)."""
         if self.rank == 0 and self._aggregator_set:
+            from mxnet import ndarray
+            ndarray.waitall()
             self.kv.set_optimizer(ServerAggregator(
                 self.num_workers, command=('save', os.path.abspath(directory))))
 

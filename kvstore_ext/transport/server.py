@@ -105,6 +105,7 @@ class ServerAggregator(Optimizer):
         if kept:
             os.makedirs(directory, exist_ok=True)
         for name, residual in kept.items():
+            residual.wait_to_read()     # the last round's re-encode has updated it
             ndarray.save(os.path.join(directory, '%d.nd' % name), [residual])
         log.info('saved the residuals of %d keys to %s', len(kept), directory)
 
