@@ -195,3 +195,27 @@ def test_twobit_above_threshold_sends_t_a_step():
     pulled = run('dist_sync_2bit', {'threshold': 0.5}, grad)
     for got in pulled:
         assert np.array_equal(got, np.full((10,), 0.5, f32))
+
+
+# -- two workers, real ps-lite: the constant gradient arrives in both Hylo modes -------
+
+@pytest.mark.parametrize('aggregation', ['homomorphic', 'server'])
+def test_two_workers_equal_magnitudes_arrive(tmp_path, job_env, aggregation):
+    """2 workers, 1 server: every step's pulled sum is the sum of the workers' gradients
+    (constant, random signs, one element): capped, every value is sent whole."""
+    import os
+    import sys
+    from test_dist_aggregate import launch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist_jobs'))
+    import delivery_job as job
+    steps = 4
+    job_path = os.path.join(os.path.dirname(os.path.abspath(job.__file__)), 'delivery_job.py')
+    launch(tmp_path, job_env, 2, 1, [job_path, '--aggregation', aggregation,
+                                     '--steps', str(steps), '--out', str(tmp_path)],
+           timeout=240)
+    for rank in range(2):
+        got = np.load(str(tmp_path / ('rank%d.npz' % rank)))
+        for key in job.SHAPES:
+            want = job.gradient(0, key) + job.gradient(1, key)
+            for step in range(steps):
+                assert np.array_equal(got['%s/%d' % (key, step)], want), (rank, key, step)
