@@ -11,7 +11,7 @@ Every ``--every`` steps it records, per compressed layer:
   workers' fresh gradients at the same weights: what dist_sync would deliver);
 * ``res_over_grad``: ||residual|| / ||fresh gradient|| (mean over workers);
 * conv: ``age``: mean steps since a filter was last sent; FC: ``nonzero``: share of
-  nonzero codes.
+  nonzero codes, ``capped``: share of workers whose threshold the delivery cap decided.
 
 and at the end the test accuracy. The data are sharded as train_mnist.py's
 distributed runs shard them, but the run is not bit-equal to one (initialisation,
@@ -111,16 +111,25 @@ class Layer:
             stats['age'] = float(np.mean(step - self.last_sent))
             stats['k'] = self.k
         else:
+            # the delivery cap (codecs/ternary.py, additive.py): t at most max|acc|
+            # (homomorphic: the mean of the workers' maxima); capped, v = t
             if homomorphic:
                 t = p['fc_scale'] * np.mean([np.abs(a).mean() for a in accs])
-                ts = [t] * W
+                cap = np.mean([np.abs(a).max() for a in accs])
+                ts, capped = [min(t, cap)] * W, [t >= cap] * W
             else:
                 ts = [p['fc_scale'] * np.abs(a).mean() for a in accs]
+                caps = [np.abs(a).max() for a in accs]
+                capped = [t >= c for t, c in zip(ts, caps)]
+                ts = [min(t, c) for t, c in zip(ts, caps)]
+            stats['capped'] = float(np.mean(capped))
             nz = 0
             for w in range(W):
                 codes = (accs[w] >= ts[w]).astype(np.float32) - (accs[w] <= -ts[w])
                 value = ts[w]
-                if p.get('fc_value') == 'mean' and codes.any():
+                if capped[w]:
+                    pass
+                elif p.get('fc_value') == 'mean' and codes.any():
                     # the sent magnitude: the mean |acc| of the sent coordinates
                     value = np.abs(accs[w][codes != 0]).mean()
                 elif p.get('fc_value') == 'round':

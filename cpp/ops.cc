@@ -7,6 +7,8 @@
 //   kvx_topk_encode(grad, residual*; k)                -> payload f32[8+k+k*F], status
 //   kvx_acc_filter_scores(grad, residual)              -> scores f32[O] of grad + residual
 //   kvx_acc_abs_sum(grad, residual)                    -> sum |grad + residual| f32[1]
+//   kvx_acc_abs_max(grad, residual)                    -> max |grad + residual| f32[1]
+//                                  (NaN or Inf if some element of grad + residual is)
 //   kvx_topk_gather(grad, residual*, indices f32[k])   -> values f32[k*F], status
 //   kvx_topk_scatter(values, indices; shape)           -> out f32[shape], status
 //   kvx_ternary_encode(grad, residual*; scale=1, threshold=0, value_rule=0)
@@ -166,6 +168,18 @@ struct AccAbsSum : AccStat {
   static void forward(const Params&, Tensors& in, Tensors& out) {
     const int64_t n = product(in[0].shape);
     f32(out[0])[0] = static_cast<float>(kvx::acc_abs_sum(f32(in[0]), f32(in[1]), n));
+  }
+};
+
+// max |acc|: the homomorphic FC's delivery cap (codecs/additive.py) sums it over workers.
+struct AccAbsMax : AccStat {
+  static constexpr const char* name = "kvx_acc_abs_max";
+  static bool shape(const Params&, const Shapes& in, Shapes* out) {
+    (*out)[0] = Shape{1};
+    return residual_shape(name, in);
+  }
+  static void forward(const Params&, Tensors& in, Tensors& out) {
+    f32(out[0])[0] = kvx::acc_abs_max(f32(in[0]), f32(in[1]), product(in[0].shape));
   }
 };
 
@@ -849,6 +863,7 @@ KVX_REGISTER_OP(OuterEncode);
 KVX_REGISTER_OP(TopkEncode);
 KVX_REGISTER_OP(AccFilterScores);
 KVX_REGISTER_OP(AccAbsSum);
+KVX_REGISTER_OP(AccAbsMax);
 KVX_REGISTER_OP(AccAbsStats);
 KVX_REGISTER_OP(TopkGather);
 KVX_REGISTER_OP(TopkScatter);

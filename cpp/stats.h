@@ -28,6 +28,9 @@ void acc_abs_stats(const float* grad, const float* residual, int64_t n, double s
                    double stats[3]);
 // t = float32(scale * (abs_sum / n)), the spec's adaptive threshold.
 float adaptive_threshold(double abs_sum, int64_t n, double scale);
+// max |grad + residual| (0 for n == 0), exact; NaN if some element of grad + residual
+// is NaN, else Inf if some is infinite.
+float acc_abs_max(const float* grad, const float* residual, int64_t n);
 // Squared L2 norm of each of the `filters` rows of `filter_size` elements, in float64,
 // summed in NumPy's order.
 void filter_scores(const float* x, int64_t filters, int64_t filter_size, double* scores);

@@ -270,7 +270,7 @@ def check_ternary(ops, grad, residual, scale, threshold):
     if threshold > 0:
         assert t == f32(threshold)
     else:
-        want_t = ref.adaptive_threshold((grad + residual).astype(f32), scale)
+        want_t = ref.capped_threshold((grad + residual).astype(f32), scale)[0]
         assert np.isclose(t, want_t, rtol=1e-6, atol=0), (t, want_t)
         threshold = float(t)   # the reference with t fixed to the op's t
     want, want_res, want_status = ref.ternary_encode(grad, residual, scale, threshold)
@@ -314,15 +314,72 @@ def test_ternary_encode_value_rule(ops, shape, kind, scale, threshold, value):
     plain, _ = ops.kvx_ternary_encode(nd(grad), nd(residual), scale=scale, threshold=threshold)
     t = float(plain.asnumpy()[5])
     assert same_bits(got[8:], plain.asnumpy()[8:])          # the same codes
+    # the delivery cap decided t: a code stands for t under every rule
+    capped = threshold == 0 and ref.capped_threshold((grad + residual).astype(f32), scale)[1]
     if value == 'round':
-        assert got[5] == np.float32(2 * t)
-    want, want_res, want_status = ref.ternary_encode(grad, residual, scale, t, value=value)
+        assert got[5] == (np.float32(t) if capped else np.float32(2 * t))
+    want, want_res, want_status = ref.ternary_encode(grad, residual, scale,
+                                                     0.0 if capped else t, value=value)
     assert want_status == 0
     assert same_bits(got, want)
     assert same_bits(res_nd.asnumpy(), want_res)
     out, status = ops.kvx_ternary_decode(payload, shape=shape)
     want_out, _ = ref.ternary_decode(want, grad.size)
     assert status_of(status) == 0 and same_bits(out.asnumpy().reshape(-1), want_out)
+
+
+EQUAL_KINDS = ['constant', 'sign', 'one', 'two', 'randn']
+
+
+def equal_magnitudes(kind, seed):
+    """Tensors whose magnitudes are all equal (or nearly: 'two'), where the delivery
+    cap decides t, and a random one, where it does not."""
+    rng = np.random.default_rng(seed)
+    if kind == 'constant':
+        return np.full((300, 200), 0.5, f32)
+    if kind == 'sign':
+        return rng.choice(f32([-1, 1]), size=(1000,))
+    if kind == 'one':
+        return np.array([-3.0], f32)
+    if kind == 'two':
+        return np.array([1.0, -0.25], f32)
+    return rng.standard_normal((7, 11)).astype(f32)
+
+
+@pytest.mark.parametrize('kind', EQUAL_KINDS)
+@pytest.mark.parametrize('value', ['t', 'mean', 'round'])
+@pytest.mark.parametrize('scale', [0.5, 2.0, 4.0])
+def test_ternary_encode_delivery_cap(ops, kind, value, scale):
+    """Adaptive t capped at max|acc| (capped: v = t): the op and the reference agree bit
+    for bit over several steps of error feedback, and a step whose acc is not all zero
+    gives the largest |acc| a code."""
+    grad = equal_magnitudes(kind, 40)
+    residual = np.zeros_like(grad)
+    res_nd = nd(residual)
+    rule = ref.TERNARY_VALUES.index(value)
+    for step in range(4):
+        acc = (grad + residual).astype(f32)
+        payload, status = ops.kvx_ternary_encode(nd(grad), res_nd, scale=scale,
+                                                 value_rule=rule)
+        want, residual, want_status = ref.ternary_encode(grad, residual, scale, value=value)
+        assert status_of(status) == want_status == 0
+        assert same_bits(payload.asnumpy(), want), step
+        assert same_bits(res_nd.asnumpy(), residual), step
+        out, _ = ref.ternary_decode(want, grad.size)
+        top = np.abs(acc.reshape(-1)) == np.abs(acc).max()
+        assert np.all(np.sign(out[top]) == np.sign(acc.reshape(-1)[top])), step
+    assert same_bits(ops.kvx_acc_abs_max(nd(grad), nd(residual)).asnumpy(),
+                     np.array([ref.acc_abs_max(grad + residual)], f32))
+
+
+def test_acc_abs_max_nonfinite(ops):
+    """NaN if some acc is NaN, else Inf if some is infinite: the homomorphic cap of a
+    worker's bad step is not finite, and the agreement falls back to t = 0."""
+    zeros = nd(np.zeros(3, f32))
+    got = ops.kvx_acc_abs_max(nd(np.array([1, -np.inf, 2], f32)), zeros).asnumpy()
+    assert got[0] == np.inf
+    got = ops.kvx_acc_abs_max(nd(np.array([1, np.nan, -np.inf], f32)), zeros).asnumpy()
+    assert np.isnan(got[0])
 
 
 def test_ternary_encode_value_rule_checked(ops):

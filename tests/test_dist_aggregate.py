@@ -47,16 +47,18 @@ def agreement_statistic(codec, accs):
     """What the workers' agreement sums to: abs-sums (FC; with value 'mean' also the sum
     and count of each worker's |acc| at or above its own threshold) or filter scores
     (conv)."""
-    if isinstance(codec, AdditiveTernaryCodec) and codec.agreement_words == 3:
-        words = np.zeros(3)
+    if isinstance(codec, AdditiveTernaryCodec) and codec.agreement_words == 4:
+        words = np.zeros(4)
         for a in accs:
             magnitude = np.abs(a.reshape(-1))
             total = magnitude.sum(dtype=np.float64)
             above = magnitude >= np.float32(total) * np.float32(codec.scale / codec.size)
-            words += [total, magnitude[above].sum(dtype=np.float64), above.sum()]
+            words += [total, magnitude[above].sum(dtype=np.float64), above.sum(),
+                      ref.acc_abs_max(a)]
         return words
-    if isinstance(codec, AdditiveTernaryCodec):
-        return np.array([sum(np.abs(a.astype(np.float64)).sum() for a in accs)])
+    if isinstance(codec, AdditiveTernaryCodec):     # [sum|acc|, sum of the maxima]
+        return np.array([sum(np.abs(a.astype(np.float64)).sum() for a in accs),
+                         sum(float(ref.acc_abs_max(a)) for a in accs)])
     return sum(ref.filter_scores(a) for a in accs)
 
 
@@ -114,10 +116,7 @@ def reference_chunk(codec, grads, residuals, agreed, carried, workers):
     expected = agreement_statistic(codec, accs) if carried is None else carried
     np.testing.assert_allclose(agreed, expected, rtol=1e-4)
     if isinstance(codec, AdditiveTernaryCodec):
-        t = np.float32(codec.scale * float(agreed[0]) / (workers * codec.size))
-        v = np.float32(2) * t if codec.value == 'round' else t     # Hylo's default
-        if codec.agreement_words == 3 and agreed[2] > 0:
-            v = max(np.float32(agreed[1] / agreed[2]), t)
+        t, v = ref.agreed_ternary(agreed, codec.scale, codec.value, workers, codec.size)
         words = np.zeros(codec.sum_words(workers), np.float32)
         for w, g in enumerate(grads):
             payload, new_res, status = ref.ternary_encode_sum(g, residuals[w], t, workers,

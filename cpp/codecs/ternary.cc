@@ -178,6 +178,7 @@ int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
     return kBadSize;
   }
   float t;
+  bool capped = false;  // the delivery cap decided t (see ternary.h)
   if (threshold > 0.0) {
     if (!acc_all_finite(grad, residual, n)) {
       zero(payload, kHeaderWords + body);
@@ -195,11 +196,18 @@ int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
       zero(payload, kHeaderWords + body);
       return kNonFinite;
     }
+    const float largest = acc_abs_max(grad, residual, n);
+    if (t >= largest) {  // nothing would pass: the largest |acc| does, and is sent whole
+      t = largest;
+      capped = true;
+    }
   }
-  // the value a code stands for (see value_rule in the header); decoders read it
+  // the value a code stands for (see value_rule in the header); decoders read it.
+  // Capped, every rule's value is t: the selected values all equal t in magnitude.
   float v = t;
-  if (value_rule == kValueMean && t > 0.0f) v = acc_mean_above(grad, residual, n, t);
-  if (value_rule == kValueRound) v = 2.0f * t;
+  if (!capped && value_rule == kValueMean && t > 0.0f)
+    v = acc_mean_above(grad, residual, n, t);
+  if (!capped && value_rule == kValueRound) v = 2.0f * t;
   if (!std::isfinite(v)) {  // 2t beyond float32's range
     zero(payload, kHeaderWords + body);
     return threshold > 0.0 ? kBadParam : kNonFinite;

@@ -27,6 +27,13 @@ int64_t ternary_sum_words(int64_t n, int64_t num_workers);
 // t = float32(threshold) if threshold > 0, else adaptive_threshold(.., scale); an
 // adaptive t that overflows float32 is kNonFinite (residual untouched), a fixed one that
 // does is kBadParam.  payload: ternary_payload_words(n) words.
+// Delivery cap (adaptive t only): t = min(scale * mean|acc|, max|acc|), and when the cap
+// decides (scale * mean|acc| >= max|acc|) a code stands for t under every value_rule.
+// Why: with equal magnitudes (a constant or sign-only gradient, one element) nothing
+// reached scale * mean|acc| for scale > 1, and the threshold grew with the residual, so
+// nothing was ever sent.  Capped, the largest values are sent whole (residual 0); not
+// capped, the largest |acc| = m > t shrinks to |m - v| < m (v = 2t < 2m for 'round').
+// So every step whose acc is not all zero sends something.
 // value_rule (issue 9): what a nonzero code stands for; the header carries it, so
 // decoders do not depend on the rule.
 //   kValueThreshold: t (MXNet's 2-bit rule);

@@ -169,6 +169,17 @@ void test_numpy_order_sum() {
     for (double v : terms) exact += v;
     CHECK(std::fabs(kvx::acc_abs_sum(g.data(), r.data(), n) - static_cast<double>(exact)) <=
           1e-12 * static_cast<double>(exact));
+    // acc_abs_max: the largest |g + r| exactly (integer max over the bit patterns)
+    float largest = 0.0f;
+    for (int64_t i = 0; i < n; ++i) largest = std::max(largest, std::fabs(g[i] + r[i]));
+    CHECK(bits_of(kvx::acc_abs_max(g.data(), r.data(), n)) == bits_of(largest));
+  }
+  CHECK_EQ(kvx::acc_abs_max(nullptr, nullptr, 0), 0.0f);
+  {
+    const Floats g = {1.0f, -kInf, 2.0f}, r(3, 0.0f);
+    CHECK_EQ(kvx::acc_abs_max(g.data(), r.data(), 3), kInf);
+    const Floats gn = {1.0f, std::nanf(""), -kInf};
+    CHECK(std::isnan(kvx::acc_abs_max(gn.data(), r.data(), 3)));
   }
   // Filter scores use the same order per filter.
   const int64_t filters = 5, filter_size = 20000;
@@ -513,14 +524,21 @@ void test_ternary_hand() {
            kvx::kBadParam);
   CHECK(all_zero(res_bad));
 
-  // Adaptive: t = scale * mean|acc| = 2 * (3.2 / 6), rounded to float32.
+  // Adaptive: t = scale * mean|acc| = 1.5 * (3.2 / 6) ~ 0.8 < max|acc|: not capped.
   Floats res2(6, 0.0f);
-  CHECK_EQ(kvx::ternary_encode(grad.data(), res2.data(), 6, 2.0, 0.0, payload.data()), kvx::kOk);
+  CHECK_EQ(kvx::ternary_encode(grad.data(), res2.data(), 6, 1.5, 0.0, payload.data()), kvx::kOk);
   const double mean = (0.5 + 0.5 + static_cast<double>(0.2f) + 1.0 + 1.0 + 0.0) / 6.0;
-  CHECK_EQ(payload[5], static_cast<float>(2.0 * mean));
-  // t ~ 1.07 > every |acc|: nothing sent, residual == acc, all digits 1.
-  CHECK_EQ(payload[8], 1.0f + 3 + 9 + 27 + 81 + 243);
-  CHECK(same_bits(res2, grad));
+  CHECK_EQ(payload[5], static_cast<float>(1.5 * mean));
+  // Delivery cap: 2 * mean|acc| ~ 1.07 > max|acc| = 1, so t = 1: the two values at 1
+  // are sent whole (v = t under every rule), the rest stays.
+  for (int rule = kvx::kValueThreshold; rule <= kvx::kValueRound; ++rule) {
+    Floats res3(6, 0.0f);
+    CHECK_EQ(kvx::ternary_encode(grad.data(), res3.data(), 6, 2.0, 0.0, payload.data(), rule),
+             kvx::kOk);
+    CHECK_EQ(payload[5], 1.0f);
+    CHECK_EQ(payload[8], 1.0f + 3 + 9 + 2 * 27 + 0 * 81 + 243);
+    CHECK(same_bits(res3, Floats({0.5f, -0.5f, 0.2f, 0.0f, 0.0f, 0.0f})));
+  }
 
   // Zeros: t = 0, no code, every digit 1 (full words are (3^15 - 1) / 2).
   Floats zeros(30, 0.0f), zres(30, 0.0f);

@@ -10,7 +10,14 @@ worker's ``acc`` summed over workers (agreed.py):
   |acc| of the selected values rather than t: each worker also contributes the sum and
   the count of its |acc| at or above its own threshold, and all use
   ``v = max(sum / count, t)``; with ``value='round'`` (Hylo's default) a code stands
-  for 2t (no more words). Codes + 1 are packed as base-(2n+1) digits in float32 words, D
+  for 2t (no more words). Delivery cap: each worker also contributes its max|acc|, and t
+  is at most the mean of the workers' maxima C; capped (t >= C), t = C and a code
+  stands for C. Why: with equal magnitudes (a constant or sign-only gradient) nothing
+  reached ``scale`` * mean|acc|, and t grew with the residual, so nothing was ever
+  sent. The worker with the largest max has max >= C, so a step where some acc is not
+  all zero sends something (with ``'previous'`` agreement, C is the previous step's
+  prediction), and a worker whose residual keeps growing passes C in time. The mean of
+  the maxima, not their max: a max is not additive, the stock server only sums. Codes + 1 are packed as base-(2n+1) digits in float32 words, D
   digits a word with (2n+1)**D <= 2**24, so the server's float32 sum (in any order) is
   exactly the packing of the summed codes + n. Not float64: MXNet's dist server sums
   float64 pushes in float32 (measured), which would round words above 2**24.
@@ -37,8 +44,9 @@ class AdditiveTernaryCodec(AgreedCodec):
         if value not in VALUE_RULES:
             raise ValueError('value must be one of %s, got %r' % (VALUE_RULES, value))
         self.scale, self.threshold, self.value = float(scale), float(threshold), value
-        # words: [sum|acc|], and for value 'mean' [.., sum of |acc| >= t_w, their count]
-        self.agreement_words = 0 if self.threshold > 0 else (3 if value == 'mean' else 1)
+        # words: [sum|acc|, max|acc|], and for value 'mean' [sum|acc|, sum of |acc| >= t_w,
+        # their count, max|acc|]
+        self.agreement_words = 0 if self.threshold > 0 else (4 if value == 'mean' else 2)
 
     def chunk(self, start, stop):
         return type(self)((stop - start,), self.scale, self.threshold, self.agreement,
@@ -48,24 +56,32 @@ class AdditiveTernaryCodec(AgreedCodec):
         return ternary_sum_words(self.size, num_workers)
 
     def statistic(self, grad, residual):
-        if self.agreement_words == 1:
-            return op('kvx_acc_abs_sum')(grad, residual)
-        # [sum|acc|, sum of |acc| >= t_w, count], t_w = scale * mean|acc| of this
-        # worker's own acc (what it would select alone): no state, one C++ pass more
-        return op('kvx_acc_abs_stats')(grad, residual, scale=self.scale)
+        from mxnet import ndarray
+        if self.agreement_words == 2:
+            first = op('kvx_acc_abs_sum')(grad, residual)
+        else:
+            # [sum|acc|, sum of |acc| >= t_w, count], t_w = scale * mean|acc| of this
+            # worker's own acc (what it would select alone): no state, one C++ pass more
+            first = op('kvx_acc_abs_stats')(grad, residual, scale=self.scale)
+        return ndarray.concat(first, op('kvx_acc_abs_max')(grad, residual), dim=0)
 
     def settle(self, agreed, num_workers):
         """(t, v), float32 values identical on every worker: t fixed or from the agreed
-        total; v = t, 2t for value 'round', or for value 'mean' the agreed mean of the
-        selected magnitudes."""
+        total, at most the mean of the maxima C; v = t, 2t for value 'round', or for
+        value 'mean' the agreed mean of the selected magnitudes; v = t = C when capped
+        (python/kvx_ref/codecs.py, agreed_ternary)."""
         if self.threshold > 0:
             t = float(np.float32(self.threshold))
             return t, self.value_of(t)
         stats = agreed.asnumpy().astype(np.float64)
         t = float(np.float32(self.scale * stats[0] / (num_workers * self.size)))
+        cap = float(np.float32(stats[-1] / num_workers))
         # not finite: a worker sent NaN/Inf; t = 0 lets our encoder report ours, if any
-        t = t if math.isfinite(t) else 0.0
-        if self.agreement_words == 1 or stats[2] <= 0:
+        if not (math.isfinite(t) and math.isfinite(cap)):
+            return 0.0, 0.0
+        if t >= cap:                                  # the delivery cap
+            return cap, cap
+        if self.agreement_words == 2 or stats[2] <= 0:
             return t, self.value_of(t)
         v = float(np.float32(stats[1] / stats[2]))
         return t, (max(v, t) if math.isfinite(v) else t)

@@ -26,8 +26,11 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
 3. **FC weights** (2-D) and any other large tensor (1-D): the threshold adapts to the
    overall magnitude each step, ``t = fc_scale * mean|acc|`` (``fc_threshold > 0``
    fixes it instead); each value becomes 0 or +-v (2 bits of information, packed as
-   base-3 digits) where |acc| >= t, and the error stays in the residual. The value v
-   (``fc_value``):
+   base-3 digits) where |acc| >= t, and the error stays in the residual. The adaptive t
+   is at most max|acc| (homomorphic: the mean of the workers' maxima), and where that
+   cap decides, v = t: the largest value always goes, so a gradient of equal magnitudes
+   (constant, sign-only, one element), which never reached 2 mean|acc|, arrives. The
+   value v (``fc_value``):
 
    * ``'round'`` (the default): v = 2t, so that a code is acc rounded to the nearest
      multiple of 2t, clipped to +-1, and a sent value's residual stays within +-t;

@@ -188,6 +188,29 @@ def adaptive_threshold(acc, scale):
         return f32(scale * (np.abs(acc.astype(np.float64)).sum() / acc.size))
 
 
+def acc_abs_max(acc):
+    """max |acc| (0 for an empty acc), a float32 value."""
+    return f32(np.abs(acc).max()) if acc.size else f32(0)
+
+
+def capped_threshold(acc, scale):
+    """The encoder's adaptive t with its delivery cap: ``(t, capped)``, t =
+    min(adaptive_threshold, max|acc|) and ``capped`` when the cap decided (adaptive >=
+    max|acc|). Capped, the values at max|acc| are selected and a code stands for t under
+    every value rule (``ternary_value``): they are sent whole. Why: with equal
+    magnitudes and scale > 1 nothing reached scale * mean|acc|, and the threshold grew
+    with the residual, so nothing was ever sent. Not capped, the largest |acc| m > t
+    shrinks to |m - v| < m (v <= 2t < 2m). Either way a step whose acc is not all zero
+    sends something. An Inf adaptive t stays Inf (NONFINITE)."""
+    t = adaptive_threshold(acc, scale)
+    if not np.isfinite(t):
+        return t, False
+    largest = acc_abs_max(acc)
+    if t >= largest:
+        return largest, True
+    return t, False
+
+
 def ternary_codes(acc, t):
     """-1, 0, +1 per element: +1 where acc >= t, -1 where acc <= -t (none when t == 0)."""
     if t <= 0:
@@ -213,11 +236,14 @@ def mean_above(acc, t):
 TERNARY_VALUES = ('t', 'mean', 'round')     # value_rule 0, 1, 2 of kvx_ternary_encode
 
 
-def ternary_value(acc, t, value):
+def ternary_value(acc, t, value, capped=False):
     """What a nonzero code stands for: t (``'t'``, MXNet's rule), the mean |acc| of the
     selected values (``'mean'``), or 2t (``'round'``: the code is acc rounded to the
     nearest multiple of 2t, clipped to +-1, so a sent value's residual stays in [-t, t]).
+    t under every rule when the delivery cap decided t (``capped_threshold``).
     """
+    if capped:
+        return f32(t)
     if value == 'mean' and t > 0:
         return mean_above(acc, t)
     if value == 'round':
@@ -228,7 +254,7 @@ def ternary_value(acc, t, value):
 
 def ternary_encode(grad, residual, scale, threshold=0.0, value='t'):
     """Each value becomes 0, +v or -v where |acc| >= t; t = ``threshold`` if > 0, else
-    adaptive; v by ``value`` (ternary_value).
+    adaptive with the delivery cap (capped_threshold); v by ``value`` (ternary_value).
 
     Payload: header (a = v, b = 3), then codes + 1 as base-3 digits, 15 per float32.
     An adaptive t that overflows float32 (scale * mean|acc| > FLT_MAX) is NONFINITE, as
@@ -241,11 +267,11 @@ def ternary_encode(grad, residual, scale, threshold=0.0, value='t'):
     acc = _acc(grad, residual)
     if not np.isfinite(acc).all():
         return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
-    t = f32(threshold) if threshold > 0 else adaptive_threshold(acc, scale)
+    t, capped = (f32(threshold), False) if threshold > 0 else capped_threshold(acc, scale)
     if not np.isfinite(t):
         return _invalid(), np.asarray(residual, f32).copy(), NONFINITE
     codes = ternary_codes(acc, t)
-    v = ternary_value(acc, t, value)
+    v = ternary_value(acc, t, value, capped)
     if not np.isfinite(v):
         if threshold > 0:
             raise ValueError('2 * threshold overflows float32')
@@ -323,6 +349,33 @@ def ternary_decode_sum(words, threshold, num_workers, n):
         return out, BAD_WORD
     codes = unpack_digits(words, base, n) - num_workers
     return (codes.astype(f32) * f32(threshold)).astype(f32), OK
+
+
+def agreed_ternary(stats, scale, value, num_workers, size):
+    """(t, v) of the homomorphic FC from the agreement summed over workers, ``stats`` =
+    [sum|acc|, max|acc|] (value 't', 'round') or [sum|acc|, sum and count of |acc| >=
+    each worker's own t, max|acc|] ('mean'), as float64.
+
+    t = scale * total / (num_workers * size), capped at the mean of the workers' maxima
+    C = sum max / num_workers: the worker with the largest max has max >= C, so unless
+    every acc is zero some worker sends, and a worker whose residual keeps growing
+    passes C in time. Capped (t >= C), t = C and v = t under every rule; else v = 2t
+    ('round'), t ('t') or max(mean of the selected, t) ('mean'). A non-finite t (a
+    worker's NaN/Inf) is 0. Float32 values, as every worker computes them."""
+    stats = np.asarray(stats, np.float64)
+    t = f32(scale * stats[0] / (num_workers * size))
+    cap = f32(stats[-1] / num_workers)
+    if not (np.isfinite(t) and np.isfinite(cap)):
+        return 0.0, 0.0
+    if t >= cap:
+        return float(cap), float(cap)
+    if value == 'mean' and stats[2] > 0:
+        v = f32(stats[1] / stats[2])
+        return float(t), float(max(v, t) if np.isfinite(v) else t)
+    if value == 'round':
+        v = f32(2) * t
+        return float(t), float(v if np.isfinite(v) else t)
+    return float(t), float(t)
 
 
 # -- MXNet's built-in 2-bit (fixed threshold), bit layout as MXNet's --------------
