@@ -388,10 +388,11 @@ def test_ternary_encode_value_rule_checked(ops):
     grad, residual = grad_residual((100,), 'randn', 34)
     with pytest.raises(mx.base.MXNetError, match='value_rule'):
         ops.kvx_ternary_encode(nd(grad), nd(residual), scale=2.0, value_rule=3)
-    big = np.full(100, 3e38, f32)
+    # t = 1.9 * 1.5e38 < max|acc| = 3e38 (the delivery cap does not decide), 2t overflows
+    big = np.concatenate([np.full(50, 3e38, f32), np.zeros(50, f32)])
     res_nd = nd(np.zeros(100, f32))
-    _, status = ops.kvx_ternary_encode(nd(big), res_nd, scale=1.0, value_rule=2)
-    _, _, want_status = ref.ternary_encode(big, np.zeros(100, f32), 1.0, value='round')
+    _, status = ops.kvx_ternary_encode(nd(big), res_nd, scale=1.9, value_rule=2)
+    _, _, want_status = ref.ternary_encode(big, np.zeros(100, f32), 1.9, value='round')
     assert status_of(status) == want_status == wire.NONFINITE
     assert not res_nd.asnumpy().any()
 

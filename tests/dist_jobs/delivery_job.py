@@ -12,13 +12,13 @@ SHAPES = {'constant': (300, 200), 'sign': (300, 200), 'one': (1,)}
 
 def gradient(rank, key):
     """The same gradient at every step: +1 everywhere, a random +-1 per element (its own
-    on each worker), or one element of 1 + rank."""
+    on each worker), or one element of 1."""
     if key == 'constant':
         return np.ones(SHAPES[key], np.float32)
     if key == 'sign':
         rng = np.random.default_rng([rank, 7])
         return rng.choice(np.float32([-1, 1]), size=SHAPES[key])
-    return np.full(SHAPES[key], 1 + rank, np.float32)
+    return np.ones(SHAPES[key], np.float32)
 
 
 def main():
