@@ -29,6 +29,9 @@ class Scheme:
     def __init__(self, **given):
         self.params = _params.validate(dict(COMMON_PARAMS, **self.PARAMS), given, self.name)
         self.check(self.params)
+        # the parameters the user set: a handed-over optimizer momentum (handover.py)
+        # never overrides them
+        self.given = frozenset(given)
 
     def check(self, params):
         """Checks that involve several parameters; raise ValueError."""
