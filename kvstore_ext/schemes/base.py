@@ -22,7 +22,7 @@ class Scheme:
     # choose by it (Hylo's agreement='auto'); 1 outside a store (plan, --list).
     num_workers = 1
     # A function returning the optimizer's current learning rate, if the user gave the
-    # store one (store.follow_learning_rate); a scheme whose codecs follow the schedule
+    # store one (store.follow or found: handover.py); a scheme whose codecs follow the schedule
     # reads it when it makes them (Hylo's conv masking). None: not known.
     learning_rate = None
 

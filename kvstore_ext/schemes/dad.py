@@ -145,7 +145,7 @@ class DAD(Scheme):
 
     @learning_rate.setter
     def learning_rate(self, read):
-        """The store hands over the optimizer's learning rate (follow_learning_rate):
+        """The store hands over the optimizer's learning rate (handover.py):
         the fallback's rules that follow it (Hylo's masking, 'lr') need it."""
         self.fallback.learning_rate = read
 
