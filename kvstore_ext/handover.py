@@ -121,6 +121,7 @@ class Handover:
         self.source = None      # what kv.follow was given (Trainer, Module, Optimizer)
         self.rate = None        # the learning-rate reader, from the source or a function
         self.done = False       # the first round has looked for the optimizer
+        self.warned = False     # a conflict with the user's momentum was said
 
     def follow(self, store, source, name='follow'):
         """``kv.follow(source)``: see the module docstring. Before the first pushpull."""
@@ -160,7 +161,7 @@ class Handover:
         store._learning_rate = read
         store._scheme.learning_rate = read
         if optimizer is not None:
-            apply(store, optimizer)
+            apply(store, optimizer, self)
 
     def first_round(self, store):
         """At the store's first pushpull/push, before any key is planned: hand over
@@ -176,7 +177,7 @@ class Handover:
                 store._learning_rate = read
                 store._scheme.learning_rate = read
         if optimizer is not None:
-            apply(store, optimizer)
+            apply(store, optimizer, self)
             return
         missing = [n for n in momentum_names(store._scheme) if n not in store._scheme.given]
         if missing:
@@ -185,7 +186,7 @@ class Handover:
                         'stack (a Gluon Trainer or Module finds it by itself): call '
                         'kv.follow(trainer) (or kv.follow(module), kv.follow(optimizer)) '
                         'before the first step, or set %s in the compression parameters; '
-                        'until then momentum correction is off',
+                        'momentum correction stays off',
                         store.type, '' if self.rate else ' and learning rate',
                         ', '.join(missing), missing[0])
 
@@ -200,10 +201,11 @@ def _check_rate(read, source, name):
                          % (name, source, lr))
 
 
-def apply(store, optimizer):
+def apply(store, optimizer, handover):
     """Give the store's scheme ``optimizer``'s momentum (module docstring): rebuild the
     scheme with it where the user did not set it; keep the user's settings, the rate
-    reader and the scheme's state."""
+    reader and the scheme's state. A conflict with the user's setting is said once
+    (``handover.warned``)."""
     momentum = heavy_ball_momentum(optimizer)
     scheme = store._scheme
     names = momentum_names(scheme)
@@ -216,9 +218,8 @@ def apply(store, optimizer):
     handed = {}
     for name in names:
         if name in scheme.given:
-            if scheme.params[name] != momentum and not getattr(store, '_momentum_warned',
-                                                               False):
-                store._momentum_warned = True
+            if scheme.params[name] != momentum and not handover.warned:
+                handover.warned = True
                 log.warning('%s: %s=%g was set explicitly and is kept, but the optimizer\'s '
                             'momentum is %g', store.type, name, scheme.params[name], momentum)
         elif scheme.params[name] != momentum:
