@@ -155,3 +155,20 @@ def test_dad_without_attach_refuses_its_first_step():
     kvstore_ext.dad.attach(net)
     trainer_steps(kv, {'learning_rate': 0.05}, net=net)
     assert sum(d.startswith('dad') for d in kv.codec_plan().values()) == 1
+
+
+def test_two_workers_hand_over_alike(tmp_path, job_env):
+    """A real 2-worker job (ps-lite, our launcher): every worker's scheme gets the
+    Trainer's momentum and rate before its codecs are made, and the workers' parameters
+    agree."""
+    import json
+    import os
+    from test_dist_aggregate import launch
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dist_jobs',
+                       'handover_job.py')
+    launch(tmp_path, job_env, 2, 1, [job, '--out', str(tmp_path)], timeout=240)
+    ranks = [json.load(open(str(tmp_path / ('rank%d.json' % r)))) for r in range(2)]
+    assert ranks[0]['params'] == ranks[1]['params']
+    for got in ranks:
+        assert got['params']['momentum'] == 0.9 and got['rate'] == 0.05
+        assert got['conv_codec'] == 'MomentumAdditiveTopKCodec'
