@@ -21,9 +21,9 @@ class Scheme:
     # Workers the codecs serve: the store sets it before it plans a key, so a policy may
     # choose by it (Hylo's agreement='auto'); 1 outside a store (plan, --list).
     num_workers = 1
-    # A function returning the optimizer's current learning rate, if the user gave the
-    # store one (store.follow or found: handover.py); a scheme whose codecs follow the schedule
-    # reads it when it makes them (Hylo's conv masking). None: not known.
+    # A function returning the optimizer's current learning rate, once the store has
+    # the optimizer (store.follow, or found: handover.py); a scheme whose codecs follow
+    # the schedule reads it when it makes them (Hylo's conv masking). None: not known.
     learning_rate = None
 
     def __init__(self, **given):
