@@ -134,10 +134,10 @@ def main():
             args.num_epochs * source.batches_per_epoch, base_lr=args.lr)
     mx.random.seed(args.seed)
     mod = mx.mod.Module(build_symbol(mx), context=ctxs)
-    if hasattr(kv, 'follow_learning_rate'):
-        # Module makes its optimizer inside fit(): the rate is args.lr until then
-        kv.follow_learning_rate(lambda: mod._optimizer.learning_rate
-                                if mod.optimizer_initialized else args.lr)
+    if hasattr(kv, 'follow'):
+        # the momentum and rate of the optimizer Module makes inside fit()
+        # (kvstore_ext/handover.py; the Module would be found without the call)
+        kv.follow(mod)
     mod.fit(train, eval_data=test, eval_metric='acc', kvstore=kv, optimizer='sgd',
             optimizer_params=optimizer_params,
             initializer=mx.init.Xavier(), num_epoch=args.num_epochs,

@@ -35,8 +35,9 @@ from mxnet.kvstore import KVStoreBase
 from mxnet import ndarray
 from mxnet.context import cpu
 
-from . import calls, chunking, fingerprint, resume_workers, sparse
+from . import calls, chunking, fingerprint, mxnet_keys, resume_workers, sparse
 from .codecs.base import GatherCodec, deferred_checks
+from .handover import Handover
 from .errors import NONFINITE, VOID, NonFiniteGradientError, status_message
 from .memory import StateMemory
 from .ops import op
@@ -115,7 +116,8 @@ class CompressedKVStore(KVStoreBase):
         self._stats = CommStats()
         self._nan = None            # a 1-element NaN array (_deferred_step)
         self._settled = 0           # the last step at which the scheme settled (settle)
-        self._learning_rate = None  # reads the optimizer's learning rate (follow_...)
+        self._learning_rate = None  # reads the optimizer's learning rate (follow)
+        self._handover = Handover()  # the optimizer's momentum and rate (handover.py)
 
     # -- identity -------------------------------------------------------------------
     @property
@@ -163,38 +165,21 @@ class CompressedKVStore(KVStoreBase):
             raise ValueError('compression type %r does not match %s (scheme %r): with '
                              'kvstore_ext the scheme is the kvstore type (%s); %s'
                              % (kind, self.type, self.scheme_class.name, ', '.join(ours), use))
-        self._scheme = self.scheme_class(**params)
+        self._scheme = self.scheme_class(**mxnet_keys.accept(self.scheme_class, params,
+                                                             self.type))
         self._scheme.learning_rate = self._learning_rate
 
+    def follow(self, source):
+        """Hand the optimizer over to the scheme: ``source`` is a Gluon ``Trainer``, a
+        ``Module``, an MXNet ``Optimizer`` (its momentum and learning rate), or a
+        function returning the learning rate (the rate only). Why and what: handover.py.
+        A Trainer or Module that calls the store is found without it; the call wins.
+        Before the first pushpull."""
+        self._handover.follow(self, source)
+
     def follow_learning_rate(self, source):
-        """Let the scheme read the optimizer's current learning rate at every step:
-        ``source`` is a Gluon ``Trainer`` or an MXNet ``Optimizer`` (their
-        ``learning_rate``, which follows an ``lr_scheduler`` and ``set_learning_rate``),
-        or a function returning it. Why: the optimizer runs on the workers, outside the
-        kvstore, and Hylo's conv masking damps less as the rate decays
-        (``momentum_masking='lr'``). Before the first pushpull; the project's scripts
-        call it with their trainer."""
-        if any(state.codec is not None for state in self._keys.values()):
-            raise RuntimeError('follow_learning_rate must be called before the first '
-                               'pushpull: the codecs already exist')
-        if callable(source):
-            read = source
-        elif hasattr(source, 'learning_rate'):
-            def read():
-                return source.learning_rate
-        else:
-            raise TypeError('follow_learning_rate takes a Gluon Trainer, an MXNet Optimizer '
-                            'or a function returning the learning rate, got %r' % (source,))
-        try:
-            lr = float(read())
-        except (TypeError, ValueError) as e:
-            raise TypeError('follow_learning_rate: the learning rate of %r is not a number '
-                            '(%s)' % (source, e))
-        if not 0 <= lr < float('inf'):
-            raise ValueError('follow_learning_rate: the learning rate of %r is %r, not a '
-                             'finite number >= 0' % (source, lr))
-        self._learning_rate = read
-        self._scheme.learning_rate = read
+        """The former name of ``follow`` (the same call)."""
+        self._handover.follow(self, source, name='follow_learning_rate')
 
     def set_optimizer(self, optimizer):
         raise NotImplementedError(
@@ -246,6 +231,8 @@ class CompressedKVStore(KVStoreBase):
 
     def _round(self, key, values, outs):
         """One round of ``key`` (pushpull's body): returns the key's state."""
+        if not self._handover.done:
+            self._handover.first_round(self)
         state = self._keys.get(key)
         if state is not None and state.pending is not None:
             self._resolve(state)

@@ -336,7 +336,10 @@ def test_scheme_choices_and_fallback():
                                  'fallback.rank': 2})
     assert kv.scheme.fallback.params['rank'] == 2
     assert kv.scheme.params['fallback.rank'] == 2
-    # without a capture every key is the fallback's
+    # a key no attached Dense layer owns is the fallback's (with no layer attached at all
+    # the first plan is refused: tests/test_handover.py)
+    unrelated = nn.Dense(3, in_units=2)
+    dad.attach(unrelated)
     assert kv.scheme.codec_for_key(0, (64, 144), f32).describe() == 'powersgd rank 2 of 64 x 144'
     with pytest.raises(ValueError):
         kvstore_ext.SCHEMES['dad'](fallback='dad')

@@ -267,6 +267,9 @@ def test_dads_fallback_hylo_follows_the_rate():
     kv.set_gradient_compression(dict({'fallback.' + k: v for k, v in PARAMS.items()},
                                      **{'fallback.aggregation': 'server'}))
     kv.follow_learning_rate(lambda: 0.1)
+    import kvstore_ext.dad       # dAD refuses a run with no Dense layer attached
+    unrelated = mx.gluon.nn.Dense(3, in_units=2)
+    kvstore_ext.dad.attach(unrelated)
     kv.pushpull('conv', mx.nd.array(grad(0)))
     codec = kv._keys['conv'].chunks[0].codec
     assert isinstance(codec, MomentumTopKCodec) and isinstance(codec.masking,

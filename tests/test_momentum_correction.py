@@ -229,36 +229,33 @@ def test_checkpoint_keeps_velocity_and_delivered(tmp_path, aggregation, layer):
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())
 
 
-def test_scripts_pass_the_optimizers_momentum():
-    """The kvstore cannot see the optimizer: the scripts give a scheme with a
-    ``momentum`` parameter their SGD momentum, unless the user set it or it does not
-    apply."""
-    import os
-    import sys
-    import types
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), 'gluon_scripts'))
-    from training.kvstore_setup import with_optimizer_momentum
-    sgd = types.SimpleNamespace(optimizer='sgd', momentum=0.9)
-    assert with_optimizer_momentum('dist_sync_hylo', {}, sgd) == {'momentum': 0.9}
-    assert with_optimizer_momentum('dist_sync_hylo', {'momentum': 0.0}, sgd) == \
-        {'momentum': 0.0}
-    assert with_optimizer_momentum('dist_sync_hylo', {'aggregation': 'homomorphic'}, sgd) \
-        == {'aggregation': 'homomorphic', 'momentum': 0.9}
-    bad = {'conv_rate_min': 0.5, 'conv_rate_max': 0.1}     # refused later, with its reason
-    assert with_optimizer_momentum('dist_sync_hylo', bad, sgd) == bad
-    assert with_optimizer_momentum('dist_sync_topk', {}, sgd) == {'momentum': 0.9}
-    assert with_optimizer_momentum('dist_sync_adacomp', {}, sgd) == {'momentum': 0.9}
-    assert with_optimizer_momentum('dist_sync_adacomp', {'momentum': 0}, sgd) == \
-        {'momentum': 0}
-    assert with_optimizer_momentum('dist_sync_thc', {}, sgd) == {}
-    assert with_optimizer_momentum('dist_sync_dad', {}, sgd) == {'fallback.momentum': 0.9}
-    assert with_optimizer_momentum('dist_sync_dad', {'fallback': 'thc'}, sgd) == \
-        {'fallback': 'thc'}
-    nag = types.SimpleNamespace(optimizer='nag', momentum=0.9)
-    assert with_optimizer_momentum('dist_sync_hylo', {}, nag) == {}
-    still = types.SimpleNamespace(optimizer='sgd', momentum=0.0)
-    assert with_optimizer_momentum('dist_sync_hylo', {}, still) == {}
+def test_follow_hands_over_the_optimizers_momentum():
+    """The kvstore does not see the optimizer: ``kv.follow`` (what the scripts call, and
+    what a Trainer or Module calling the store finds by itself: tests/test_handover.py)
+    gives every scheme parameter named ``momentum`` the momentum of SGD or NAG, unless
+    the user set it; other optimizers hand over none."""
+    def followed(scheme, params, optimizer):
+        kv = mx.kv.create('dist_sync_' + scheme)
+        kv.set_gradient_compression(params)
+        kv.follow(optimizer)
+        return {k: v for k, v in kv.scheme.params.items() if k.endswith('momentum')}
+
+    sgd = mx.optimizer.SGD(momentum=0.9)
+    assert followed('hylo', {}, sgd) == {'momentum': 0.9}
+    assert followed('hylo', {'momentum': 0.0}, sgd) == {'momentum': 0.0}
+    kv = mx.kv.create('dist_sync_hylo')
+    kv.set_gradient_compression({'aggregation': 'server'})
+    kv.follow(sgd)
+    assert kv.scheme.params['aggregation'] == 'server' and kv.scheme.params['momentum'] == 0.9
+    assert followed('topk', {}, sgd) == {'momentum': 0.9}
+    assert followed('adacomp', {}, sgd) == {'momentum': 0.9}
+    assert followed('adacomp', {'momentum': 0}, sgd) == {'momentum': 0}
+    assert followed('thc', {}, sgd) == {}
+    assert followed('dad', {}, sgd)['fallback.momentum'] == 0.9
+    assert followed('dad', {'fallback': 'thc'}, sgd) == {}
+    assert followed('hylo', {}, mx.optimizer.NAG(momentum=0.8)) == {'momentum': 0.8}
+    assert followed('hylo', {}, mx.optimizer.Adam()) == {'momentum': 0.0}
+    assert followed('hylo', {}, mx.optimizer.SGD(momentum=0.0)) == {'momentum': 0.0}
 
 
 def reference_chunks(state):

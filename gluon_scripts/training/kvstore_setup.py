@@ -48,35 +48,11 @@ def check_kvstore_flags(args):
             "MXNet's built-in gradient compression (%s) cannot be used from a Gluon Trainer: "
             "MXNet's kvstore refuses pushpull when compression is set.%s"
             % (json.dumps(params), hint))
-    if name in ours:
-        params = with_optimizer_momentum(name, params, args)
     if name.startswith('dist') and name not in ours and 'DMLC_ROLE' not in os.environ:
         raise UsageError('--kvstore %s needs a launcher that starts scheduler and servers, '
                          'e.g. python -m kvstore_ext.launch -n 2 -s 1 python %s ...'
                          % (args.kvstore, os.path.basename(sys.argv[0])))
     return name, params
-
-
-def with_optimizer_momentum(name, params, args):
-    """``params`` plus the optimizer's momentum for every parameter of the scheme named
-    ``momentum`` (or ``<part>.momentum``, e.g. dAD's ``fallback.momentum``) that the
-    user did not set: DGC's momentum correction (Hylo's conv top-k) needs it, and the
-    kvstore cannot see the optimizer (it runs on the workers), so the script tells it.
-    Only for plain SGD with momentum (the correction relies on SGD's momentum update),
-    and only if the scheme accepts it with the other parameters."""
-    import kvstore_ext
-    scheme = kvstore_ext.SCHEMES.get(name[len('dist_sync_'):])
-    momentum = getattr(args, 'momentum', 0.0)
-    if scheme is None or getattr(args, 'optimizer', 'sgd') != 'sgd' or not momentum:
-        return params
-    try:
-        names = [n for n in scheme(**params).params
-                 if (n == 'momentum' or n.endswith('.momentum')) and n not in params]
-        given = dict(params, **{n: momentum for n in names})
-        scheme(**given)
-    except (ValueError, TypeError):      # refused later, with its reason
-        return params
-    return given
 
 
 def contexts(args):

@@ -42,10 +42,11 @@ def run(args, name, check_data, make_data, make_net, classes=None, label_smoothi
         if args.mode == 'hybrid':
             net.hybridize(static_alloc=True, static_shape=True)
         trainer = make_trainer(net, kv, args, data.batches_per_epoch)
-        if hasattr(kv, 'follow_learning_rate'):
-            # the optimizer runs here, not in the kvstore: let the scheme read its rate
-            # (Hylo's conv masking follows it)
-            kv.follow_learning_rate(trainer)
+        if hasattr(kv, 'follow'):
+            # the optimizer runs here, not in the kvstore: hand the scheme its momentum
+            # and learning rate (kvstore_ext/handover.py; the Trainer would be found
+            # without the call, the call says it)
+            kv.follow(trainer)
         ckpt = Checkpoints(args.save_dir, name, kv.rank) if args.save_dir else None
         start, history = 0, []
         if ckpt:

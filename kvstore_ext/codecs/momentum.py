@@ -63,7 +63,7 @@ class HighRateMasking:
     peak) still masked most of the steps and recovered little of it
     (docs/RESULTS.md sections 21-23).
 
-    ``read``: returns the current learning rate (``store.follow_learning_rate``); None,
+    ``read``: returns the current learning rate (``store.follow`` or the hand-over, handover.py); None,
     or a value that is not a finite number >= 0, masks fully. ``peak`` is saved with
     checkpoints (the scheme's state), so a resumed run masks as it would have."""
 

@@ -30,8 +30,8 @@ Per tensor, after the worker has summed its devices:
    for dist_sync_topk (codecs/momentum.py): the worker accumulates its velocity
    ``u = m u + grad`` and encodes it in the gradient's place (``G = u + residual``,
    ``H = G + u``), zeroes ``u`` on the elements sent, and the step returns
-   ``S - m S_prev`` for the unchanged SGD optimizer. The scripts pass their SGD
-   ``--momentum``.
+   ``S - m S_prev`` for the unchanged SGD optimizer. Unless set, it is the optimizer's
+   (SGD's or NAG's), handed over at the store's first step (kvstore_ext/handover.py).
 """
 import numpy as np
 
@@ -51,7 +51,8 @@ class AdaComp(Scheme):
                              'at most (the largest |H| go first)', low=0, low_open=True),
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
                           'correction: the velocity is encoded in the gradient\'s place '
-                          '(0: off)', low=0, high=0.999),
+                          "(0: off; unless set, the optimizer's, handed over: handover.py)",
+                          low=0, high=0.999),
     }
 
     def codec_for(self, shape, dtype, step=0):

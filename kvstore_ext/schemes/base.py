@@ -21,14 +21,17 @@ class Scheme:
     # Workers the codecs serve: the store sets it before it plans a key, so a policy may
     # choose by it (Hylo's agreement='auto'); 1 outside a store (plan, --list).
     num_workers = 1
-    # A function returning the optimizer's current learning rate, if the user gave the
-    # store one (store.follow_learning_rate); a scheme whose codecs follow the schedule
-    # reads it when it makes them (Hylo's conv masking). None: not known.
+    # A function returning the optimizer's current learning rate, once the store has
+    # the optimizer (store.follow, or found: handover.py); a scheme whose codecs follow
+    # the schedule reads it when it makes them (Hylo's conv masking). None: not known.
     learning_rate = None
 
     def __init__(self, **given):
         self.params = _params.validate(dict(COMMON_PARAMS, **self.PARAMS), given, self.name)
         self.check(self.params)
+        # the parameters the user set: a handed-over optimizer momentum (handover.py)
+        # never overrides them
+        self.given = frozenset(given)
 
     def check(self, params):
         """Checks that involve several parameters; raise ValueError."""

@@ -15,6 +15,12 @@ out)`` floats, instead of ``in * out``. ``kvstore_ext.dad.attach(net)`` captures
    as ``'fallback.<name>'`` (e.g. ``{'fallback': 'hylo', 'fallback.conv_rate': 0.1}``).
    Biases take the fallback too: their exact gradient is D's column sums, but they are
    small (Hylo sends them float32, exactly).
+   **Without any attached Dense** (``attach`` never called, or a Module, whose
+   layers are symbols) the first step is refused, with the call to make: the run
+   would otherwise be the fallback scheme under dAD's name. The store cannot attach
+   the layers itself: it sees the Trainer's parameters, not the blocks, and a key's
+   first pushpull comes after the forward pass whose rows that step would send, while
+   the payload's layout is fixed at that first step.
 2. **Layout.** At a dAD key's first step (its plan), its payload is fixed (the server
    key is laid out once): ``capacity`` rows (``dad``: the rows captured at that first
    step, unless ``capacity`` is set; rank-dAD: ``rank``). A layer whose payload is not
@@ -119,6 +125,7 @@ class DAD(Scheme):
         # every parameter of the fallback, as set (what a summary or a checkpoint shows)
         self.params.update({PREFIX + k: v for k, v in self.fallback.params.items()
                             if k != 'chunk_size'})
+        self.given = frozenset(given)      # the fallback's too (handover.py)
         self._bound = {}        # key -> capture.Layer
         self._plans = {}        # key -> OuterCodec, or None: planned through the fallback
 
@@ -138,7 +145,7 @@ class DAD(Scheme):
 
     @learning_rate.setter
     def learning_rate(self, read):
-        """The store hands over the optimizer's learning rate (follow_learning_rate):
+        """The store hands over the optimizer's learning rate (handover.py):
         the fallback's rules that follow it (Hylo's masking, 'lr') need it."""
         self.fallback.learning_rate = read
 
@@ -159,6 +166,14 @@ class DAD(Scheme):
         return self.fallback.codec_for(shape, dtype, step=step)
 
     def codec_for_key(self, key, shape, dtype, step=0):
+        if not self._plans and not capture.layers():
+            raise RuntimeError(
+                'dist_sync_dad: key %r: no Dense layer is attached to dAD\'s capture, so '
+                'every tensor would go through the fallback %r and the run would be plain '
+                'dist_sync_%s under another name. Call kvstore_ext.dad.attach(net) once the '
+                'network is built, before its first forward pass (or use kvstore '
+                'dist_sync_%s)' % (key, self.params['fallback'], self.params['fallback'],
+                                   self.params['fallback']))
         if key in self._plans:
             codec = self._plans[key]
             if codec is not None and codec.layer is self._bound.get(key):

@@ -77,9 +77,11 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
 7. **Momentum correction** (``momentum``, default 0: off; both aggregations): set it
    to the SGD optimizer's momentum and the conv top-k accumulates velocities instead
    of gradients, DGC-style (codecs/momentum.py), so that a filter's
-   wait is not followed by the momentum's tail. The kvstore cannot see the optimizer
-   (Gluon runs it on the workers), so the value must be given; the project's scripts
-   pass their ``--momentum``. ``momentum_correction`` says where it applies: 'auto'
+   wait is not followed by the momentum's tail. MXNet never gives the kvstore the
+   optimizer (Gluon and Module run it on the workers): unless set, the momentum is the
+   optimizer's (SGD's or NAG's), handed over at the store's first step from the Trainer
+   or Module that calls it, or from ``kv.follow(trainer)`` (kvstore_ext/handover.py);
+   a script with neither is warned once. ``momentum_correction`` says where it applies: 'auto'
    (the default) from ``MOMENTUM_CORRECTION_WORKERS`` (8) workers on, 'on', 'off'.
    Without it the conv top-k is plain error feedback and the optimizer's momentum acts
    on what arrives. Why not always: the correction's factor masking zeroes a sent
@@ -94,8 +96,8 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    damping. The 48-step constant-lr run needs it (masked less, it ends lower); a long
    cosine run loses half a point to it (docs/RESULTS.md section 21).
    ``momentum_masking='lr'`` (the default) masks by the schedule: when the store
-   follows the optimizer's learning rate (``store.follow_learning_rate``; the
-   project's scripts call it with their trainer), masking zeroes a sent filter's
+   follows the optimizer's learning rate (handed over with the momentum, or
+   ``kv.follow``), masking zeroes a sent filter's
    velocity while the rate is at least 0.8 of its peak so far (``HighRateMasking``,
    ``HIGH_RATE``) and keeps it once a schedule has brought the rate below: a constant
    rate masks exactly as 'on'; without a followed rate it masks always (with a
@@ -189,7 +191,8 @@ class Hylo(Scheme):
                                    'exponentially from 1 (all filters, float32) to its '
                                    'target, re-planned every step', low=0),
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
-                          'correction of the conv top-k and the FC velocity coding (0: off)',
+                          'correction of the conv top-k and the FC velocity coding (0: off; '
+                          "unless set, the optimizer's, handed over: handover.py)",
                           low=0, high=0.999),
         'momentum_correction': Param('str', 'auto', "with momentum > 0: where DGC's "
                                      "momentum correction applies: 'on', 'off' (plain "
@@ -318,7 +321,7 @@ class Hylo(Scheme):
             if not self._warned:
                 self._warned = True
                 log.warning("momentum_masking='lr', but the store does not follow the "
-                            "optimizer's learning rate (kv.follow_learning_rate): the "
+                            "optimizer's learning rate (kv.follow(trainer)): the "
                             "conv masking zeroes all of a sent filter's velocity, as 'on'")
             return True
         self._high_rate.read = self.learning_rate

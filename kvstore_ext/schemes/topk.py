@@ -20,8 +20,9 @@ Per tensor, after the worker has summed its devices:
 7. **Momentum correction** (``momentum``, default 0: off): DGC's (Lin et al. 2018), as
    for Hylo's conv layers (codecs/momentum.py): the worker accumulates its velocity,
    sends the top elements of velocity + residual, zeroes the velocity where it sent,
-   and the step returns ``S - m S_prev`` for the unchanged SGD optimizer. The scripts
-   pass their SGD ``--momentum``.
+   and the step returns ``S - m S_prev`` for the unchanged SGD optimizer. Unless set,
+   it is the optimizer's (SGD's or NAG's), handed over at the store's first step from
+   the Trainer or Module that calls it, or ``kv.follow`` (kvstore_ext/handover.py).
 8. **Sparsity warm-up** (``warmup_steps``, default 0: off): DGC's warm-up training.
    Over the first N steps the fraction sent decays exponentially from
    ``warmup_ratio`` (DGC: 0.25) to ``ratio``, ``warmup_ratio * (ratio /
@@ -48,7 +49,8 @@ class TopK(Scheme):
         'ratio': Param('float', 0.01, 'fraction of elements sent per tensor (k = '
                        'ceil(ratio * n))', low=0, low_open=True, high=1),
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
-                          'correction (0: off)', low=0, high=0.999),
+                          "correction (0: off; unless set, the optimizer's, handed over: "
+                          'handover.py)', low=0, high=0.999),
         'warmup_steps': Param('int', 0, "DGC's sparsity warm-up: over the first this many "
                               'steps the fraction sent decays exponentially from '
                               'warmup_ratio to ratio (0: off)', low=0),

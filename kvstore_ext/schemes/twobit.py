@@ -3,6 +3,8 @@
 Same maths as ``set_gradient_compression({'type': '2bit', 'threshold': t})``: values
 at or beyond +-t send +-t, the rest stays in the residual; every float32 tensor is
 compressed, whatever its size. Unlike MXNet's, it works with Gluon's ``pushpull``.
+``threshold`` is the key MXNet's ``fit.py --gc-threshold`` sets: used as MXNet uses it
+(the other schemes ignore it with a warning: kvstore_ext/mxnet_keys.py).
 """
 import numpy as np
 
