@@ -69,47 +69,18 @@ class AdaCompCodec(GatherCodec):
 
 class MomentumAdaCompCodec(MomentumCorrection, AdaCompCodec):
     """AdaComp on the velocity: each worker sends AdaComp's selection of its velocity
-    + residual, ``G = u + residual``. ``select``: what H adds to G, the latest gradient
-    (``'gradient'``, the paper's ``H = G + dW``) or the velocity (``'velocity'``,
-    ``H = G + u``: about 1/(1-m) times the gradient, so H's bonus outweighs G and
-    elements whose residual cancels their velocity qualify and go as +-scale)."""
+    + residual (the velocity in the gradient's place, ``H = G + u``)."""
 
-    SELECT = ('gradient', 'velocity')
-
-    def __init__(self, shape, bin, max_per_bin, momentum=0.9, masking=True,
-                 select='velocity'):
+    def __init__(self, shape, bin, max_per_bin, momentum=0.9, masking=True):
         super().__init__(shape, bin, max_per_bin)
         self._check_momentum(momentum, masking)
-        if select not in self.SELECT:
-            raise ValueError('select must be one of %s, got %r' % (self.SELECT, select))
-        self.select = select
 
     def chunk(self, start, stop):
         return type(self)((stop - start,), self.bin, self.max_per_bin, self.momentum,
-                          self.masking, self.select)
-
-    def step(self, grad, state, num_workers, rank):
-        # the latest gradient, for select='gradient' (read by corrected_round)
-        self._fresh = grad
-        return (yield from super().step(grad, state, num_workers, rank))
+                          self.masking)
 
     def corrected_round(self, velocity, state, num_workers, rank):
-        previous = state.get('velocity')
-        if self.select == 'gradient' and previous is not None:
-            # the kernel forms G = a + b and H = G + a: a = the latest gradient and
-            # b = residual + m u_prev give G = residual + u, H = G + gradient. On a
-            # non-finite gradient the kernel leaves b and the residual keeps its value.
-            shifted = state.residual + self.momentum * previous
-            payload, status = op('kvx_adacomp_encode')(self._fresh, shifted, bin=self.bin,
-                                                       capacity=self.capacity)
-            check_encoded(status)
-            from mxnet import ndarray
-            ok = ndarray.broadcast_to((status == 0).reshape((1,)), shape=(self.size,))
-            state.residual[:] = ndarray.where(ok, shifted.reshape((-1,)),
-                                              state.residual.reshape((-1,))
-                                              ).reshape(state.residual.shape)
-        else:
-            payload = self.encode(velocity, state.residual)
+        payload = self.encode(velocity, state.residual)
         state.last['sent'] = payload[6:7]
         total = yield Gather('payload', payload, self.size)
         return total, self.sent_indices(payload)

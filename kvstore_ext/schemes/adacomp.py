@@ -52,9 +52,6 @@ class AdaComp(Scheme):
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
                           'correction: the velocity is encoded in the gradient\'s place '
                           '(0: off)', low=0, high=0.999),
-        'select': Param('str', 'velocity', "with momentum: H = G + the latest gradient "
-                        "('gradient', the paper's H) or G + the velocity ('velocity')",
-                        choices=('gradient', 'velocity')),
     }
 
     def codec_for(self, shape, dtype, step=0):
@@ -64,6 +61,5 @@ class AdaComp(Scheme):
         bin_len = self.params['bin_conv'] if len(shape) >= 3 else self.params['bin_fc']
         if self.params['momentum'] > 0:
             return MomentumAdaCompCodec(shape, bin_len, self.params['max_per_bin'],
-                                        self.params['momentum'],
-                                        select=self.params['select'])
+                                        self.params['momentum'])
         return AdaCompCodec(shape, bin_len, self.params['max_per_bin'])

@@ -39,7 +39,7 @@ def _step(grads, residuals, velocities, delivered, m, masking, encode, decode, s
         grad = np.asarray(grad, f32)
         u = grad.copy() if velocity is None else (f32(m) * velocity + grad).astype(f32)
         residual = np.zeros_like(grad) if residual is None else residual
-        payload, new_residual, status = encode(u, residual, grad, velocity)
+        payload, new_residual, status = encode(u, residual)
         assert status == 0
         decoded, status = decode(payload, grad.size)
         assert status == 0
@@ -62,7 +62,7 @@ def momentum_topk_step(grads, residuals, velocities, delivered, k, m, masking=Tr
     def sent_filters(payload, grad):
         return grad.shape[0], payload[HEADER_WORDS:HEADER_WORDS + k].astype(np.int64)
     return _step(grads, residuals, velocities, delivered, m, masking,
-                 lambda u, r, *_: topk_encode(u, r, k), topk_decode, sent_filters)
+                 lambda u, r: topk_encode(u, r, k), topk_decode, sent_filters)
 
 
 def momentum_element_topk_step(grads, residuals, velocities, delivered, k, m,
@@ -74,24 +74,16 @@ def momentum_element_topk_step(grads, residuals, velocities, delivered, k, m,
         sent = entries[:, 0] + (entries[:, 1] << 24 if width == 3 else 0)
         return grad.size, sent
     return _step(grads, residuals, velocities, delivered, m, masking,
-                 lambda u, r, *_: element_topk_encode(u, r, k), element_topk_decode,
+                 lambda u, r: element_topk_encode(u, r, k), element_topk_decode,
                  sent_elements)
 
 
 def momentum_adacomp_step(grads, residuals, velocities, delivered, bin_len, capacity, m,
-                          masking=True, select='velocity'):
+                          masking=True):
     """The same for AdaComp (a 1-D chunk; ``bin_len`` and ``capacity`` as
     ``adacomp_encode``): the velocity is encoded in the gradient's place, so
-    ``G = u + residual`` and, with ``select='velocity'``, ``H = G + u``; with
-    ``select='gradient'`` (the paper's H), ``H = G + grad``: the encoder is given the
-    gradient and ``residual + m u_prev`` (its G is their float32 sum). The elements
-    sent are the payload's ``count`` entries (the slot's padding is not sent)."""
-    def encode(u, residual, grad, previous):
-        if select == 'gradient' and previous is not None:
-            shifted = (residual + f32(m) * previous).astype(f32)
-            return adacomp_encode(grad, shifted, bin_len, capacity)
-        return adacomp_encode(u, residual, bin_len, capacity)
-
+    ``G = u + residual`` and ``H = G + u``; the elements sent are the payload's
+    ``count`` entries (the slot's padding is not sent)."""
     def sent_elements(payload, grad):
         count, width = int(payload[6]), adacomp_entry_words(grad.size)
         words = payload[HEADER_WORDS:HEADER_WORDS + count * width].astype(np.int64)
@@ -102,7 +94,7 @@ def momentum_adacomp_step(grads, residuals, velocities, delivered, bin_len, capa
     def decode(payload, n):
         return adacomp_decode(payload[:HEADER_WORDS + int(payload[7])], n)
     return _step(grads, residuals, velocities, delivered, m, masking,
-                 encode, decode,
+                 lambda u, r: adacomp_encode(u, r, bin_len, capacity), decode,
                  sent_elements)
 
 
@@ -113,5 +105,5 @@ def momentum_ternary_step(grads, residuals, velocities, delivered, scale, m, val
     def nothing_masked(payload, grad):
         return grad.size, np.zeros(0, np.int64)
     return _step(grads, residuals, velocities, delivered, m, False,
-                 lambda u, r, *_: ternary_encode(u, r, scale, value=value), ternary_decode,
+                 lambda u, r: ternary_encode(u, r, scale, value=value), ternary_decode,
                  nothing_masked)
