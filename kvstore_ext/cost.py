@@ -391,6 +391,9 @@ def plan(scheme, shapes, workers):
     """{name: codec} the scheme plans for ``shapes`` ({name: shape}, in push order) at
     ``workers`` workers, at a key's first step, as the store asks (codec_for_key).
     With the defaults' warm-ups (none) that is also the steady state."""
+    # dAD's own codecs need the Dense layers' captured rows, which a list of shapes does
+    # not have (their size depends on the batch): it is modelled as its fallback scheme
+    scheme = getattr(scheme, 'fallback', scheme)
     scheme.num_workers = workers
     return {name: scheme.codec_for_key(name, tuple(shape), np.float32, step=0)
             for name, shape in shapes.items()}
