@@ -35,7 +35,7 @@ from mxnet.kvstore import KVStoreBase
 from mxnet import ndarray
 from mxnet.context import cpu
 
-from . import chunking
+from . import chunking, shutdown
 from .codecs.base import GatherCodec, deferred_checks
 from .errors import NONFINITE, VOID, NonFiniteGradientError, status_message
 from .memory import StateMemory
@@ -114,6 +114,7 @@ class CompressedKVStore(KVStoreBase):
         self._nan = None            # a 1-element NaN array (_deferred_step)
         self._settled = 0           # the last step at which the scheme settled (settle)
         self._learning_rate = None  # reads the optimizer's learning rate (follow_...)
+        shutdown.track(self)        # at exit: wait for the engine, report, release
 
     # -- identity -------------------------------------------------------------------
     @property
