@@ -17,7 +17,7 @@ A type ending in ``@no-exit-handler`` (``dist_sync_hylo@no-exit-handler``) runs 
 type with kvstore_ext's exit handler switched off (bench/exit_no_handler.py): the
 state before kvstore_ext/shutdown.py.
 
-A run "hangs" when the launcher had to name a node hung in MXNet's shutdown (exit 124,
+A run "hangs" when the launcher had to name a node hung at exit (exit 124,
 ``--exit-grace`` seconds after every worker's script was done) or hit ``--timeout``.
 ``exit_s`` is from the last line a worker printed to the launcher's exit. One JSON
 file per call in bench/results/ (``--out``).
@@ -94,9 +94,9 @@ def run_once(job, kvstore, args):
         code = proc.wait()
     end = time.monotonic()
     reader.join(5)
-    hung = [l for l in lines if 'hung in MXNet' in l or l.startswith('[launch] timeout')]
+    hung = [l for l in lines if 'hung at exit' in l or l.startswith('[launch] timeout')]
     summary = [l for l in lines if '[kvstore_ext] dist_sync_' in l]
-    return {'job': job, 'kvstore': kvstore, 'code': code, 'hang': bool(hung),
+    return {'job': job, 'kvstore': kvstore, 'code': code, 'hang': bool(hung) or code == 124,
             'hang_message': hung[0] if hung else None,
             'exit_s': round(end - last[0], 2), 'total_s': round(end - start, 1),
             'summary': summary[0] if summary else None,

@@ -690,10 +690,10 @@ def supervise(nodes, timeout, stop, shutdown_grace=SHUTDOWN_GRACE,
                 and now - scripts_done_at > exit_grace:
             hung = [node.name for node, code in workers if code is None]
             left = [n.name for n in nodes if n.poll() is None and n.spec.role != 'worker']
-            say('%s %s not exited %.0f s after every worker\'s script finished: hung in '
-                'MXNet\'s shutdown (see docs/LAUNCH.md); %s still running; stopping all '
-                'nodes' % (', '.join(hung), 'has' if len(hung) == 1 else 'have',
-                           exit_grace, ', '.join(hung + left)))
+            say('hung at exit: %s not exited %.0f s after every worker\'s script '
+                'finished (MXNet\'s shutdown, see docs/LAUNCH.md; a worker waiting in '
+                'its exit barrier for a hung one is named too); still running: %s; '
+                'stopping all nodes' % (', '.join(hung), exit_grace, ', '.join(hung + left)))
             return EXIT_TIMEOUT
         if timeout is not None and now - started > timeout:
             say('timeout: job still running after %g s; stopping all nodes' % timeout)
