@@ -178,6 +178,7 @@ def remove_stale_ipc_sockets(since=None, min_age=0.0):
                 and now - info.st_mtime >= min_age):
             continue
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.setblocking(False)     # a live node with a full backlog must not block us
             try:
                 sock.connect(path)
             except ConnectionRefusedError:
