@@ -91,7 +91,7 @@ def test_mxnet_train_imagenet_unedited(job_env, kvstore):
 
 def test_users_gluon_script_unedited(job_env):
     """A Gluon script passing --kvstore to gluon.Trainer gets kvstore_ext's store."""
-    code, lines, exit_s = run_job(job_env, [GLUON_USER, '--kvstore', 'dist_sync_hylo'])
+    code, lines, exit_s = run_job(job_env, [PY, GLUON_USER, '--kvstore', 'dist_sync_hylo'])
     text = '\n'.join(lines)
     assert code == 0, text[-4000:]
     made = re.findall(r'kvstore (\S+) \((\S+)\), rank (\d) of 2: loss ([\d.]+)', text)
