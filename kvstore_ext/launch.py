@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 LOOPBACK = '127.0.0.1'
 KILL_GRACE = 3.0        # seconds between SIGTERM and SIGKILL when stopping nodes
 SHUTDOWN_GRACE = 10.0   # seconds servers/scheduler get to exit once workers are done
+EXIT_GRACE = 30.0       # seconds a node gets to exit once every worker's script is done
 POLL_INTERVAL = 0.05
 EXIT_TIMEOUT = 124      # as timeout(1)
 SSH_DEFAULT = 'ssh -o StrictHostKeyChecking=no'
@@ -61,6 +62,11 @@ PR_SET_PDEATHSIG = 1
 # The line a worker prints to tell the launcher its kv.rank (see announce_rank).
 RANK_LINE = '[kvstore_ext.launch] kv.rank %d'
 _RANK_LINE_RE = re.compile(rb'^\[kvstore_ext\.launch\] kv\.rank (\d+)\r?\n?$')
+# The line a worker prints at exit, once its script is done (kvstore_ext_autoload.py
+# prints it for any dist kvstore, kvstore_ext/shutdown.py for ours), when started by
+# this launcher, which sets LAUNCHER_VAR in workers' environments.
+EXIT_LINE = '[kvstore_ext.launch] script finished, exiting'
+LAUNCHER_VAR = 'KVSTORE_EXT_LAUNCHER'
 
 
 @dataclass
@@ -86,6 +92,11 @@ def announce_rank(rank, out=None):
     out = sys.stdout if out is None else out
     out.write(RANK_LINE % int(rank) + '\n')
     out.flush()
+
+
+def is_exit_line(line):
+    """True for the line (bytes) a worker prints when its script is done."""
+    return line.rstrip(b'\r\n') == EXIT_LINE.encode()
 
 
 def parse_rank_line(line):
@@ -140,19 +151,34 @@ def reserve_ports(count, host=LOOPBACK):
     return held
 
 
-def remove_stale_ipc_sockets(since):
-    """Unlink the IPC socket files made since ``since`` (epoch seconds) that nobody
-    listens on any more: a node killed by a signal leaves its file behind."""
+STALE_AGE = 10.0    # a socket file nobody listens on, older than this, is left over
+
+
+def remove_stale_ipc_sockets(since=None, min_age=0.0):
+    """Unlink this user's IPC socket files (``/tmp/<digits>``) that nobody listens on:
+    a node killed by a signal leaves its file behind, and so do all the nodes of a
+    launcher that was SIGKILLed (nobody is left to clean up: the next launch does).
+
+    ``since``: only files made since then (epoch seconds; the end of a job, for its
+    own nodes). ``min_age``: only files at least that old (the start of a job, for
+    files of earlier jobs: a node of a job starting at the same moment may have bound
+    its file and not yet listen, and must not lose it). Other users' files are never
+    touched."""
     import stat
+    now = time.time()
     for name in os.listdir(IPC_DIR):
         path = os.path.join(IPC_DIR, name)
         try:
             info = os.lstat(path)
         except OSError:
             continue
-        if not (name.isdigit() and stat.S_ISSOCK(info.st_mode) and info.st_mtime >= since):
+        if not (name.isdigit() and stat.S_ISSOCK(info.st_mode)
+                and info.st_uid == os.getuid()
+                and (since is None or info.st_mtime >= since)
+                and now - info.st_mtime >= min_age):
             continue
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.setblocking(False)     # a live node with a full backlog must not block us
             try:
                 sock.connect(path)
             except ConnectionRefusedError:
@@ -162,6 +188,53 @@ def remove_stale_ipc_sockets(since):
                     pass
             except OSError:
                 pass
+
+
+def ipc_socket_paths(specs):
+    """The socket files the nodes of an ipc job bind: the scheduler's root port, and
+    each other node's PORT (job_specs gives each its own)."""
+    paths = []
+    for spec in specs:
+        if spec.env.get('DMLC_LOCAL') != '1':
+            continue
+        port = spec.env.get('DMLC_PS_ROOT_PORT' if spec.role == 'scheduler' else 'PORT')
+        if port:
+            paths.append(ipc_path(port))
+    return paths
+
+
+class PrivateSockets:
+    """Makes the job's IPC socket files 0700 as soon as they appear.
+
+    Why: ps-lite hard-codes ``ipc:///tmp/<port>`` (zmq_van.h), so the files cannot go
+    into a private directory; ZeroMQ creates them with the node's umask. Connecting to
+    a Unix socket needs write permission on its file: under the usual umask 022 (files
+    0755) other users cannot connect, but under 002 or 000 (common in containers) the
+    group or everyone could, and any malformed message aborts the node (ps-lite's
+    protobuf check) and with it the job. Changing the nodes' umask would change the
+    mode of every file the user's script writes, so the launcher chmods the sockets
+    instead, within a poll interval of their creation."""
+
+    def __init__(self, paths):
+        self.pending = set(paths)
+
+    def tighten(self):
+        import stat
+        for path in list(self.pending):
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue                 # not bound yet
+            except OSError:
+                info = None
+            # only our own socket (never follow a link someone put there)
+            if info is not None and stat.S_ISSOCK(info.st_mode) \
+                    and info.st_uid == os.getuid():
+                try:
+                    os.chmod(path, 0o700)
+                except OSError:
+                    pass
+            self.pending.discard(path)
 
 
 def parse_env_pairs(pairs):
@@ -193,6 +266,7 @@ def role_env(role, rank, node_host):
     env = {'DMLC_ROLE': role, 'DMLC_NODE_HOST': node_host}
     if role == 'worker':
         env['DMLC_WORKER_ID'] = str(rank)
+        env[LAUNCHER_VAR] = '1'         # workers print EXIT_LINE when their script is done
     else:
         env.update(NON_WORKER_ENV)
         if role == 'server':
@@ -407,6 +481,7 @@ class Node:
     def __init__(self, spec, keep_stdin):
         self.spec = spec
         self.kv_rank = None
+        self.script_done = False    # a worker printed EXIT_LINE: its script is done
         self.proc = subprocess.Popen(
             spec.argv, env=spec.env, start_new_session=True,
             preexec_fn=_die_with_launcher(),
@@ -446,7 +521,8 @@ class Node:
 class OutputForwarder:
     """Copies node output to ours, a whole line at a time, prefixed with the node's
     label. A worker's ``announce_rank`` line is not copied: it relabels the worker and
-    the launcher says which launch index has which rank."""
+    the launcher says which launch index has which rank. Nor is its EXIT_LINE: it
+    marks the worker's script as done (``supervise``)."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -464,6 +540,9 @@ class OutputForwarder:
             if not line.endswith(b'\n'):
                 line += b'\n'
             rank = parse_rank_line(line) if node.spec.role == 'worker' else None
+            if node.spec.role == 'worker' and is_exit_line(line):
+                node.script_done = True
+                continue
             with self.lock:
                 if rank is not None:
                     node.kv_rank = rank
@@ -566,16 +645,23 @@ def stop_nodes(nodes, grace=KILL_GRACE):
         node.poll()
 
 
-def supervise(nodes, timeout, stop, shutdown_grace=SHUTDOWN_GRACE):
+def supervise(nodes, timeout, stop, shutdown_grace=SHUTDOWN_GRACE,
+              exit_grace=EXIT_GRACE, on_poll=None):
     """Watch the nodes until the job is over; return the launcher's exit code.
 
     Fails on the first node to exit non-zero, on ``timeout`` and on a stop signal.
     Succeeds once every worker exited 0 and the others followed (or, after
-    ``shutdown_grace`` seconds, were left to be killed).
+    ``shutdown_grace`` seconds, were left to be killed). Once every worker's script is
+    done (it exited 0 or printed EXIT_LINE), a worker that has not exited
+    ``exit_grace`` seconds later hangs in MXNet's shutdown: it is named and the job
+    ends (exit 124) instead of waiting for ``timeout``. ``on_poll()`` runs every
+    round (the job's IPC sockets are made private there).
     """
     started = time.monotonic()
-    workers_done_at = None
+    workers_done_at = scripts_done_at = None
     while True:
+        if on_poll is not None:
+            on_poll()
         if stop.signum is not None:
             say('received %s; stopping all nodes' % signal.Signals(stop.signum).name)
             return 128 + stop.signum
@@ -587,24 +673,39 @@ def supervise(nodes, timeout, stop, shutdown_grace=SHUTDOWN_GRACE):
                 say('%s %s; stopping all nodes' % (node.name, describe_exit(code)))
                 return launcher_exit_code(code)
         now = time.monotonic()
-        if workers_done_at is None and all(code == 0 for node, code in zip(nodes, codes)
-                                           if node.spec.role == 'worker'):
+        workers = [(node, code) for node, code in zip(nodes, codes)
+                   if node.spec.role == 'worker']
+        if workers_done_at is None and all(code == 0 for node, code in workers):
             workers_done_at = now
         if all(code is not None for code in codes):
             return 0
+        if scripts_done_at is None and all(code == 0 or getattr(node, 'script_done', False)
+                                           for node, code in workers):
+            scripts_done_at = now
         if workers_done_at is not None and now - workers_done_at > shutdown_grace:
             left = ', '.join(n.name for n in nodes if n.poll() is None)
             say('all workers finished; %s still running after %.0f s, killing'
                 % (left, shutdown_grace))
             return 0
+        if workers_done_at is None and scripts_done_at is not None \
+                and now - scripts_done_at > exit_grace:
+            hung = [node.name for node, code in workers if code is None]
+            left = [n.name for n in nodes if n.poll() is None and n.spec.role != 'worker']
+            say('hung at exit: %s not exited %.0f s after every worker\'s script '
+                'finished (MXNet\'s shutdown, see docs/LAUNCH.md; a worker waiting in '
+                'its exit barrier for a hung one is named too); still running: %s; '
+                'stopping all nodes' % (', '.join(hung), exit_grace, ', '.join(hung + left)))
+            return EXIT_TIMEOUT
         if timeout is not None and now - started > timeout:
             say('timeout: job still running after %g s; stopping all nodes' % timeout)
             return EXIT_TIMEOUT
         time.sleep(POLL_INTERVAL)
 
 
-def run_job(specs, timeout=None, keep_stdin=False, shutdown_grace=SHUTDOWN_GRACE):
+def run_job(specs, timeout=None, keep_stdin=False, shutdown_grace=SHUTDOWN_GRACE,
+            exit_grace=EXIT_GRACE):
     """Start ``specs``, supervise them all-or-nothing, stop what is left; exit code."""
+    sockets = PrivateSockets(ipc_socket_paths(specs))
     stop = StopRequest()
     stop.install()
     try:
@@ -615,7 +716,7 @@ def run_job(specs, timeout=None, keep_stdin=False, shutdown_grace=SHUTDOWN_GRACE
         return 127
     forwarder = forward_output(nodes)
     try:
-        code = supervise(nodes, timeout, stop, shutdown_grace)
+        code = supervise(nodes, timeout, stop, shutdown_grace, exit_grace, sockets.tighten)
     finally:
         stop_nodes(nodes)
         stop.restore()
@@ -685,6 +786,11 @@ ssh: the scheduler runs here (at --host-ip), servers then workers round-robin ov
 
 All-or-nothing: if any node exits non-zero, all are stopped and the launcher exits
 non-zero naming it. --timeout, Ctrl-C and SIGTERM stop everything (exit 124, 130, 143).
+Hangs at exit: a worker whose script is done (it exited 0, or printed the line that
+kvstore_ext prints at exit for any dist kvstore) and that has not exited --exit-grace
+seconds after every worker's script was done is named, and the job stops (exit 124).
+ipc socket files are made 0700 as they appear; at start, this user's socket files in
+/tmp that nobody listens on (left by a SIGKILLed launcher) are removed.
 Each node is its own process group (killed as a group) and dies with the launcher.
 Output lines are prefixed "[worker 1] ", "[server 0] ", "[scheduler] ".
 Labels are launch indices; ps-lite assigns kv.rank independently. A worker that
@@ -714,6 +820,10 @@ def build_parser():
     parser.add_argument('-H', '--hostfile', help='ssh: one host[:port] a line')
     parser.add_argument('--timeout', type=float, metavar='SECONDS',
                         help='stop the job after SECONDS (exit 124)')
+    parser.add_argument('--exit-grace', type=float, default=EXIT_GRACE, metavar='SECONDS',
+                        help='once every worker\'s script is done, a worker still running '
+                             'SECONDS later is named as hung in shutdown and the job '
+                             'stops (exit 124; default %(default)g)')
     parser.add_argument('--env', action='append', default=[], metavar='K=V',
                         help='set K=V on every node (repeatable)')
     parser.add_argument('--server-command', metavar='CMD',
@@ -803,6 +913,8 @@ def job_specs(args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.transport == 'ipc':     # files of nodes whose launcher was SIGKILLed
+        remove_stale_ipc_sockets(min_age=STALE_AGE)
     try:
         specs, held = job_specs(args)
     except RuntimeError as e:       # e.g. a --netns-prefix namespace without address
@@ -810,7 +922,8 @@ def main(argv=None):
         return 2
     started = time.time() - 1
     try:
-        return run_job(specs, timeout=args.timeout, keep_stdin=args.launcher == 'ssh')
+        return run_job(specs, timeout=args.timeout, keep_stdin=args.launcher == 'ssh',
+                       exit_grace=args.exit_grace)
     finally:
         for sock in held:
             sock.close()

@@ -35,7 +35,7 @@ from mxnet.kvstore import KVStoreBase
 from mxnet import ndarray
 from mxnet.context import cpu
 
-from . import calls, chunking, fingerprint, mxnet_keys, resume_workers, sparse
+from . import calls, chunking, fingerprint, mxnet_keys, resume_workers, shutdown, sparse
 from .codecs.base import GatherCodec, deferred_checks
 from .handover import Handover
 from .errors import NONFINITE, VOID, NonFiniteGradientError, status_message
@@ -118,6 +118,7 @@ class CompressedKVStore(KVStoreBase):
         self._settled = 0           # the last step at which the scheme settled (settle)
         self._learning_rate = None  # reads the optimizer's learning rate (follow)
         self._handover = Handover()  # the optimizer's momentum and rate (handover.py)
+        shutdown.track(self)        # at exit: wait for the engine, report, release
 
     # -- identity -------------------------------------------------------------------
     @property

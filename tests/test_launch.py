@@ -413,3 +413,131 @@ def test_servers_and_scheduler_get_one_openmp_thread():
     threads = {(n.role, n.rank): n.env.get('OMP_NUM_THREADS') for n in nodes}
     assert threads == {('scheduler', 0): '1', ('server', 0): '1', ('server', 1): '1',
                        ('worker', 0): '4', ('worker', 1): '4'}
+
+
+# ------------------------------------------------ hangs at exit, IPC socket files
+
+def test_worker_hung_at_exit_is_named(job_env):
+    """A worker whose script is done but whose interpreter does not exit (MXNet's
+    shutdown can hang so) is named once every worker's script is done plus
+    --exit-grace, and the job ends then, not at --timeout. The line that says the
+    script is done comes from kvstore_ext_autoload (installed with the package) for
+    any dist kvstore; the launcher does not show it."""
+    code, out, err, seconds = run_launcher(
+        ['-n', '2', '-s', '1', '--timeout', str(SLOW_JOB_TIMEOUT - 30), '--exit-grace', '3']
+        + kv_job('--hang-at-exit', '1'), job_env, timeout=SLOW_JOB_TIMEOUT)
+    assert code == launch.EXIT_TIMEOUT, err[-3000:]
+    assert out.count(' of 2 ok') == 2, out
+    # worker 0 waits for worker 1 in ps-lite's exit barrier: both are still running
+    hung = re.search(r"\[launch\] hung at exit: (.*) not exited 3 s after every worker's "
+                     r"script finished", err)
+    assert hung and 'worker 1' in hung.group(1).split(', '), err[-3000:]
+    assert 'timeout' not in err
+    assert launch.EXIT_LINE not in out
+
+
+def test_exit_line_is_the_hooks():
+    """The launcher and kvstore_ext_autoload (which prints it) agree on the line."""
+    import kvstore_ext_autoload
+    assert kvstore_ext_autoload.EXIT_LINE == launch.EXIT_LINE
+    assert kvstore_ext_autoload.LAUNCHER_VAR == launch.LAUNCHER_VAR
+    assert launch.is_exit_line((launch.EXIT_LINE + '\n').encode())
+    assert not launch.is_exit_line(b'[worker 0] ' + launch.EXIT_LINE.encode())
+
+
+# a loaded machine (other jobs on 2 cores) can take a minute to start a job's nodes
+SLOW_JOB_TIMEOUT = 200
+
+
+def _job_sockets(tag):
+    """{path: mode} of the socket files of the job's nodes (found by their tag): the
+    scheduler's root port and every other node's PORT."""
+    import stat
+    found = {}
+    for pid in tagged_nodes(tag):
+        try:
+            with open('/proc/%d/environ' % pid, 'rb') as f:
+                env = dict(item.split(b'=', 1) for item in f.read().split(b'\0') if b'=' in item)
+        except OSError:
+            continue
+        role = env.get(b'DMLC_ROLE')
+        port = env.get(b'DMLC_PS_ROOT_PORT' if role == b'scheduler' else b'PORT')
+        if port is None:
+            continue
+        path = launch.ipc_path(port.decode())
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISSOCK(info.st_mode):
+            found[path] = stat.S_IMODE(info.st_mode)
+    return found
+
+
+def test_ipc_sockets_are_private_whatever_the_umask(job_env):
+    """ps-lite binds /tmp/<port> with the node's umask; under umask 000 (containers)
+    anyone could connect and kill the node with one malformed message. The launcher
+    makes the job's socket files 0700 as they appear."""
+    proc = subprocess.Popen(
+        ['/bin/sh', '-c', 'umask 000; exec "$@"', 'sh', PY, LAUNCH, '-n', '1', '-s', '1']
+        + kv_job('--hang'), env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    killer = threading.Timer(SLOW_JOB_TIMEOUT, proc.kill)
+    killer.daemon = True
+    killer.start()
+    proc.killer = killer
+    try:
+        assert proc.stdout.readline() == '[worker 0] ready\n'
+        deadline = time.monotonic() + 5
+        while True:
+            modes = _job_sockets(job_env[TAG_VAR])
+            if len(modes) >= 3 and set(modes.values()) == {0o700} \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert len(modes) >= 3, modes      # scheduler, server, worker
+        assert set(modes.values()) == {0o700}, {p: oct(m) for p, m in modes.items()}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        finally:
+            finish(proc)
+
+
+def test_next_launch_removes_socket_files_of_a_killed_launcher(job_env):
+    """A SIGKILLed launcher leaves its nodes' /tmp/<port> files: the next launch
+    removes this user's files that nobody listens on (older than STALE_AGE), and
+    leaves a live one alone."""
+    import socket
+    made = []
+    try:
+        paths = []
+        for listening in (False, True):
+            while True:
+                path = launch.ipc_path(launch.free_port())
+                if not os.path.exists(path):
+                    break
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(path)
+            made.append((path, sock))
+            if listening:
+                sock.listen(1)
+            else:
+                sock.close()                 # the file stays: a dead node's socket
+            old = time.time() - 2 * launch.STALE_AGE
+            os.utime(path, (old, old))
+            paths.append(path)
+        dead, live = paths
+        code, out, err, _ = run_launcher(['-n', '1', '-s', '1'] + kv_job(), job_env,
+                                         timeout=SLOW_JOB_TIMEOUT)
+        assert code == 0, err[-3000:]
+        assert not os.path.exists(dead), 'stale socket file %s left' % dead
+        assert os.path.exists(live), 'a socket somebody listens on was removed'
+    finally:
+        for path, sock in made:
+            sock.close()
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

@@ -252,6 +252,11 @@ class PSTransport:
         self._wires = {}      # (key, chunk, round name) -> wire
         self._plain_outs = {}  # key -> the arrays its last plain pushpull wrote
 
+    def release(self):
+        """Drop the inner native kvstore (kvstore_ext/shutdown.py, at exit, after the
+        engine is idle): its destructor's barrier with the other workers runs now."""
+        self.kv = None
+
     def new_key(self, work=0):
         """(number, name) of a new key (KeyNumbers.new)."""
         return self._keys.new(work)

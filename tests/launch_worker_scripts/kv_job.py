@@ -6,6 +6,10 @@ pulls; the sum must be key * (round + 1) * n (n + 1) / 2 exactly. Options:
   --crash-worker I    the worker with DMLC_WORKER_ID I calls os._exit(3) after
                       round 0, while the others block in round 1
   --hang              after round 0, print 'ready' and sleep (a hung job)
+  --hang-at-exit I    the worker with DMLC_WORKER_ID I hangs in its interpreter's
+                      shutdown, after its script is done (an atexit handler that
+                      sleeps, registered before the kvstore is made, so that it runs
+                      after kvstore_ext_autoload's line that says the script is done)
   --print-port        print the node's PORT (ps-lite's own port of the node), or none
   --print-env         print the node's DMLC_PS_ROOT_URI and DMLC_NODE_HOST
   --count-listeners   after the rounds, print how many TCP sockets the job's processes
@@ -31,6 +35,7 @@ def main():
     parser.add_argument('--print-port', action='store_true')
     parser.add_argument('--print-env', action='store_true')
     parser.add_argument('--count-listeners', action='store_true')
+    parser.add_argument('--hang-at-exit', type=int)
     args = parser.parse_args()
     if args.print_port:
         print('own port %s' % os.environ.get('PORT', 'none'), flush=True)
@@ -38,6 +43,9 @@ def main():
         print('env DMLC_PS_ROOT_URI=%s DMLC_NODE_HOST=%s' % (
             os.environ.get('DMLC_PS_ROOT_URI'), os.environ.get('DMLC_NODE_HOST')), flush=True)
     launch_id = int(os.environ.get('DMLC_WORKER_ID', '-1'))  # unset under tools/launch.py
+    if args.hang_at_exit == launch_id:
+        import atexit
+        atexit.register(time.sleep, 600)
 
     kv = mx.kv.create('dist_sync')
     rank, n = kv.rank, kv.num_workers
