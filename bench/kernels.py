@@ -758,7 +758,7 @@ def print_table(rows, size):
 
 
 def check_targets(rows, kvstore):
-    """The issue's targets, at every measured size >= 10^6 (out of cache)."""
+    """The kernels' targets, at every measured size >= 10^6 (out of cache)."""
     out = []
     for row in rows:
         if row['size'] < 10 ** 6 or 'ratios' not in row:

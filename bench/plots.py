@@ -21,9 +21,9 @@ import sys
 BUSY_RATIO = 1.25      # as bench/cluster.py: compute wall / CPU above this: machine busy
 BUSY_SHARE = 0.25      # as bench/accuracy.py: others used this share of the cores
 
-# one colour per scheme, the same in every plot. Result files made before session 20
-# name server mode plain 'dist_sync_hylo' (then Hylo's default); later ones name both
-# modes explicitly
+# one colour per scheme, the same in every plot. Older result files name server mode
+# plain 'dist_sync_hylo' (then Hylo's default; docs/RESULTS.md's introduction); newer
+# ones name both modes explicitly
 SCHEME_COLORS = {
     'dist_sync': '#444444',
     'dist_sync_none': '#999999',
@@ -36,7 +36,7 @@ SCHEME_COLORS = {
 SCHEME_NAMES = {
     'dist_sync': 'dist_sync (MXNet, fp32)',
     'dist_sync_none': 'dist_sync_none (plugin, fp32)',
-    'dist_sync_hylo': 'dist_sync_hylo (default: homomorphic; server decode before session 20)',
+    'dist_sync_hylo': 'dist_sync_hylo (default: homomorphic; server decode in older files)',
     'dist_sync_hylo(aggregation=server)': 'dist_sync_hylo (server decode)',
     'dist_sync_hylo(aggregation=homomorphic)': 'dist_sync_hylo (homomorphic)',
     'dist_sync_2bit': 'dist_sync_2bit (plugin)',

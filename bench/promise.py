@@ -10,13 +10,13 @@ raw float32) and the wall time.
 
 Schedules: ``short`` = ``--short-epochs`` epochs at constant lr; ``long`` =
 ``--long-epochs`` epochs with ``--long-lr-mode`` (cosine by default). The optimiser is
-SGD with ``--lr``, ``--momentum``, ``--batch-size`` a worker (defaults: the settings of
-issue 9: 0.05, 0.9, 32).
+SGD with ``--lr``, ``--momentum``, ``--batch-size`` a worker (defaults: 0.05, 0.9,
+32, the accuracy matrix's settings).
 
 Per (model, workers, schedule) the table shows, per spec over the seeds: final test
 accuracy mean +- std, the paired difference to the baseline (``dist_sync``, same seed:
 baseline minus spec, in points, mean +- std), a verdict on "within ``--margin`` points"
-(0.5, issue 9's promise; the schemes' issues ask for 1) from the one-sided 95% t-bound of
+(0.5, Hylo's promise; 1 for the other schemes) from the one-sided 95% t-bound of
 the paired differences (``ok``: the upper bound is below the margin; ``WORSE``: the lower
 bound is above it; ``?``: the seeds cannot tell), the compression ratios raw/push and
 raw/pull, wall seconds (training + evaluation), the seconds of the training steps alone
@@ -281,7 +281,7 @@ def format_tables(rows, margin=MARGIN):
 
 
 def format_matrix(rows, margin=MARGIN, baseline=BASELINE):
-    """One line per configuration and spec against the baseline: issue 9's matrix at a
+    """One line per configuration and spec against the baseline: the accuracy matrix at a
     glance. ``bound`` is the one-sided 95% t-bound of the paired loss; ``to show`` the
     seeds that would show it within the margin if the mean and spread held (``never``:
     the mean is not below the margin)."""
@@ -372,13 +372,13 @@ def parse_args(argv):
     p.add_argument('--rerun', action='store_true', help='ignore runs already in --json')
     p.add_argument('--verbose', action='store_true', help="show the nodes' output")
     p.add_argument('--margin', type=float, default=MARGIN,
-                   help='points: the verdict judges "dist_sync - it < margin" (issue 9: '
+                   help='points: the verdict judges "dist_sync - it < margin" (the accuracy matrix: '
                         '0.5; the schemes\' issues: 1)')
     p.add_argument('--report', nargs='*', metavar='MORE_JSON', default=None,
                    help='run nothing: print the tables of the runs in --json and in any '
                         'MORE_JSON files (a run in two files is an error)')
     p.add_argument('--matrix', action='store_true',
-                   help='with --report: one line per configuration and spec (issue 9\'s '
+                   help='with --report: one line per configuration and spec (the accuracy '
                         'matrix), with the bound and the seeds that would show it')
     p.add_argument('--extra', nargs=argparse.REMAINDER, default=[],
                    help='further train_mnist.py flags (last on the command line)')

@@ -1,6 +1,6 @@
 """One-process pushpull of a large FC gradient against what its kernels allow.
 
-Issue 9 asks that a pushpull reach at least half of the encode + decode kernels'
+The target: a pushpull reaches at least half of the encode + decode kernels'
 ceiling. In one process (rank 0 of 1, no launcher) dist_sync_hylo still runs its whole
 codec path, in either aggregation mode (``--aggregation``; Hylo's default,
 homomorphic, unless given). This harness times, interleaved in one run (best of
@@ -18,7 +18,7 @@ homomorphic, unless given). This harness times, interleaved in one run (best of
 
 The ceiling is stated twice: from the kernels (encode + decode, as timed) and from
 memory traffic (bytes the kernels must move, at the copy's bandwidth). The ratio
-pushpull / ceiling is the issue's measure (target: pushpull <= 2 x kernel time).
+pushpull / ceiling is the measure (target: pushpull <= 2 x kernel time).
 
     python bench/pushpull_ceiling.py --rows 4096 --cols 1024 --reps 20
     python bench/pushpull_ceiling.py --aggregation server

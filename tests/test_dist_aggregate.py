@@ -153,7 +153,7 @@ MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
                                                             agreement='round')),
          # the default agreement: at 8 workers the conv filter set comes from a round
          'homomorphic-auto': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic')),
-         # the FC rule before session 7 (codes worth the mean |acc| of the selected)
+         # the former FC rule, fc_value='mean' (codes worth the mean |acc| of the selected)
          'server-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server',
                                                       fc_value='mean')),
          'homomorphic-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',

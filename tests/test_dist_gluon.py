@@ -13,14 +13,14 @@ points is judged over seeds by bench/promise.py (docs/RESULTS.md section 7); thi
 catches a Hylo that trains worse than the noise (for scale, MXNet's 2-bit codec lost
 38 points on this CNN in bench/results/accuracy.txt's 8-epoch run).
 
-The byte bounds: server mode's was 10x before the defaults changed for issue 9: a conv
+The byte bounds: server mode's was 10x before the conv rates were raised: a conv
 layer at the size threshold now sends 0.3 of its filters (was 0.1), which bought back
 the accuracy that short runs lost; on this CNN, whose conv layers are a quarter of the
 gradient, that costs the push ratio from over 10x to 7.4x (CI run of 2026-11;
 bench/results/promise_final.txt reports the ratio per model). The additive mode codes
 FC values as base-9 digits at 4 workers (4.6 bits, not 2.1) and sends twice the conv
-filters, but its pull is compressed as much as its push: 4.0x both ways here (session
-20), against server mode's 7.4x push and 1x pull."""
+filters, but its pull is compressed as much as its push: 4.0x both ways here
+(measured), against server mode's 7.4x push and 1x pull."""
 import json
 import os
 import subprocess

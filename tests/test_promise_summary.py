@@ -1,5 +1,5 @@
-"""The statistics of bench/promise.py, the accuracy harness whose verdicts the issues'
-notes quote: the paired verdict against a margin, the paired training-time ratio, and
+"""The statistics of bench/promise.py, the accuracy harness whose verdicts
+docs/RESULTS.md quotes: the paired verdict against a margin, the paired training-time ratio, and
 ``--report`` on a results file. Fake run records, no training."""
 import json
 import os

@@ -34,7 +34,7 @@ int64_t ternary_sum_words(int64_t n, int64_t num_workers);
 // nothing was ever sent.  Capped, the largest values are sent whole (residual 0); not
 // capped, the largest |acc| = m > t shrinks to |m - v| < m (v = 2t < 2m for 'round').
 // So every step whose acc is not all zero sends something.
-// value_rule (issue 9): what a nonzero code stands for; the header carries it, so
+// value_rule: what a nonzero code stands for; the header carries it, so
 // decoders do not depend on the rule.
 //   kValueThreshold: t (MXNet's 2-bit rule);
 //   kValueMean: the mean |acc| of the selected values (|acc| >= t), the least-squares
@@ -54,7 +54,7 @@ int ternary_decode_add(const float* payload, int64_t payload_words, int64_t n, f
 // float32 words, D digits a word with b^D <= 2^24, no header.  Float32 because MXNet's
 // dist server sums float64 pushes in float32; the sum of n workers' words, in any order,
 // stays an integer below b^D, exact in float32.  words: ternary_sum_words(n, num_workers).
-// value > 0 (issue 9): selection by |acc| >= threshold, but a code stands for value
+// value > 0: selection by |acc| >= threshold, but a code stands for value
 // (the residual keeps acc - code * value; decode the sum with threshold = value).
 int ternary_encode_sum(const float* grad, float* residual, int64_t n, double threshold,
                        int64_t num_workers, float* words, double value = 0.0);

@@ -35,14 +35,14 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    * ``'round'`` (the default): v = 2t, so that a code is acc rounded to the nearest
      multiple of 2t, clipped to +-1, and a sent value's residual stays within +-t;
    * ``'mean'``: the mean |acc| of the selected values, the least-squares value of the
-     set (the default until session 7): it leaves the tail of the largest values in the
+     set (formerly the default): it leaves the tail of the largest values in the
      residual, and an MLP trained 48 steps by 8 workers lost 3.7 points to ``dist_sync``
      ('round' did not; docs/RESULTS.md section 7);
    * ``'t'``: v = t, MXNet's 2-bit rule, which drains a large accumulated value only t
      a step: the residual grew to ~5x the gradient and an MLP lost 7 points.
 
    The header carries v, so decoders do not depend on the rule.
-4. **Aggregation.** ``aggregation='homomorphic'`` (the default since session 20) is
+4. **Aggregation.** ``aggregation='homomorphic'`` (the default) is
    the additive variant: workers agree on t and the filter set, so that the stock
    server adds their payloads as it adds float32 and workers pull the compressed sum
    (``agreement`` says how they agree: from the previous aggregate or by an extra
@@ -54,7 +54,7 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    the same codec at the server, whose own residual keeps what the reply leaves out
    (two-way compression, as DoubleSqueeze): the pull shrinks like the push, whatever
    the number of workers. Why homomorphic by default: both modes end within 0.5
-   points of ``dist_sync`` on issue 9's 12 cells, but the additive one compresses
+   points of ``dist_sync`` on the accuracy matrix's 12 cells, but the additive one compresses
    pulls too (2.0-4.2x faster to 95% than ``dist_sync`` on a 200 Mbit/s link at 2-8
    workers, server mode 1.4-1.5x; docs/RESULTS.md section 9) and costs less CPU where
    the network is fast, because servers add instead of decoding every worker's
@@ -103,7 +103,7 @@ Per tensor, after the worker has summed its devices, with ``acc = grad + residua
    rate masks exactly as 'on'; without a followed rate it masks always (with a
    warning). ``HIGH_RATE``'s comment says why 0.8: where unmasked runs blew up. On
    cnn512's long cosine run at 8 workers, over 23 seeds, it ends within 0.5 points of
-   ``dist_sync`` in both modes (server +0.19, homomorphic +0.24); over seeds 1-16 it ends 0.18 points above session 18's share lr / peak,
+   ``dist_sync`` in both modes (server +0.19, homomorphic +0.24); over seeds 1-16 it ends 0.18 points above a masking of the share lr / peak,
    with a lower train loss on 14 of 16 seeds (docs/RESULTS.md section 23).
 8. **FC momentum** (``fc_momentum_correction``, with ``momentum`` > 0): the FC ternary
    codes the worker's velocity ``u = m u + grad`` instead of its gradient, with error

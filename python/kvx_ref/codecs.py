@@ -225,7 +225,7 @@ def _ternary_residual(acc, codes, t):
 
 def mean_above(acc, t):
     """mean |acc| over |acc| >= t (t if none): float64 summed in element order, then
-    float32 (issue 9: the least-squares value of the values a threshold selects)."""
+    float32 (the least-squares value of the values a threshold selects)."""
     mag = np.abs(acc.reshape(-1))
     sel = mag[mag >= t].astype(np.float64)
     if sel.size == 0:
