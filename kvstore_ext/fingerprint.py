@@ -78,7 +78,10 @@ def _value_word(param, value):
     if value is None:
         return NONE
     if param is not None and param.kind == 'str':
-        return float(param.choices.index(value)) if value in param.choices else -1.0
+        choices = list(param.choices)       # a tuple, or a lazy collection (dad's)
+        return float(choices.index(value)) if value in choices else -1.0
+    if isinstance(value, str):
+        return -1.0         # undeclared: the parameter's hash word still tells it apart
     return float(value)
 
 
@@ -86,8 +89,8 @@ def _show_value(param, word):
     if math.isnan(word):
         return 'None'
     if param is not None and param.kind == 'str':
-        index = int(word)
-        return repr(param.choices[index]) if 0 <= index < len(param.choices) else '?'
+        index, choices = int(word), list(param.choices)
+        return repr(choices[index]) if 0 <= index < len(choices) else '?'
     if param is not None and param.kind == 'int':
         return '%d' % word
     return repr(float('%.7g' % word))

@@ -43,7 +43,6 @@ from .memory import StateMemory
 from .ops import op
 from .params import as_params
 from .rounds import drive, void
-from .schemes.base import COMMON_PARAMS
 from .stats import CommStats
 
 _FLOAT_TYPES = (np.float16, np.float32, np.float64)
@@ -495,7 +494,7 @@ class CompressedKVStore(KVStoreBase):
         this worker's, or every worker raises, naming what differs (fingerprint.py)."""
         fingerprint.agree(self._transport, self.type, state.key, state.shape,
                           state.dtype, self._scheme.params,
-                          dict(COMMON_PARAMS, **self._scheme.PARAMS))
+                          self._scheme.param_specs())
 
     def _plan(self, state, step):
         """Codec, chunks and chunk states of a key: at its first pushpull, and again

@@ -90,6 +90,11 @@ class Scheme:
     def restore(self, state):
         """Take back what ``state`` gave (None from files without it)."""
 
+    def param_specs(self):
+        """{name: params.Param} declaring every entry of ``self.params`` (what a check
+        of the workers' parameters shows by name, fingerprint.py)."""
+        return dict(COMMON_PARAMS, **self.PARAMS)
+
     @staticmethod
     def uncompressed(shape, dtype):
         """Codec for tensors the scheme leaves alone: float32 pass-through."""

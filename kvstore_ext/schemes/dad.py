@@ -133,6 +133,13 @@ class DAD(Scheme):
     def num_workers(self):
         return self.fallback.num_workers
 
+    def param_specs(self):
+        """dad's declarations and the fallback's, under their ``fallback.`` names."""
+        specs = super().param_specs()
+        specs.update({PREFIX + k: p for k, p in self.fallback.param_specs().items()
+                      if k != 'chunk_size'})
+        return specs
+
     @num_workers.setter
     def num_workers(self, workers):
         """The store tells the scheme its workers before it plans: the fallback's
