@@ -47,8 +47,23 @@ def test_equal_configurations_agree():
 
 
 def test_every_scheme_fits_the_named_parameter_slots():
+    """Every parameter a scheme holds (dAD's include its fallback's) is declared, so a
+    difference is named with both values, and fits the named slots."""
     for name, cls in SCHEMES.items():
-        assert len(dict(COMMON_PARAMS, **cls.PARAMS)) <= fingerprint.MAX_PARAMS, name
+        scheme = cls()
+        assert set(scheme.params) == set(scheme.param_specs()), name
+        assert len(scheme.params) <= fingerprint.MAX_PARAMS, name
+
+
+def test_a_fallback_parameter_of_dad_is_named():
+    scheme = SCHEMES['dad']()
+    params, spec = scheme.params, scheme.param_specs()
+    rows = [fingerprint.slot('dist_sync_dad', 'fc', (64, 40), np.float32, dict(
+        params, **{'fallback.aggregation': aggregation}), spec)
+        for aggregation in ('homomorphic', 'server')]
+    message = fingerprint.compare(rows_of(*rows), "fc", params, spec)
+    assert message is not None and \
+        "fallback.aggregation: rank 0 has 'homomorphic'; rank 1 has 'server'" in message, message
 
 
 @pytest.mark.parametrize('given, expected', [
