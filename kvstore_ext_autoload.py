@@ -92,7 +92,11 @@ def _wrap(module):
             store = _create_ours(name, registry, create)
         else:
             store = original(name)
-        if 'dist' in getattr(store, 'type', ''):
+        try:
+            kind = store.type
+        except Exception:       # a registered store need not implement type
+            kind = ''
+        if isinstance(kind, str) and 'dist' in kind:
             _register_exit_line()
         return store
 

@@ -147,11 +147,11 @@ def test_errors_and_sizes_match_the_reference(aggregation):
                               else c.codec.k * c.codec.filter_size + c.codec.shape[0])
                 else:
                     # Hylo's FC default: codes worth 2t ('round'); homomorphic
-                    # agreement: one word (sum|acc|)
+                    # agreement: two words (sum|acc| and max|acc|, the cap)
                     payload, residual, status = ref.ternary_encode(part, zeros, value,
                                                                    value='round')
                     words += (payload.size if aggregation == 'server'
-                              else ref.sum_words(part.size, 1) + 1)
+                              else ref.sum_words(part.size, 1) + 2)
                 assert status == ref.OK
                 lost += float((residual.astype(np.float64) ** 2).sum())
             np.testing.assert_allclose(error, math.sqrt(lost), rtol=1e-5)
