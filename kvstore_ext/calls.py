@@ -25,6 +25,13 @@ def check_lengths(call, keys, **lists):
                              % (call, len(keys), len(as_list(values)), what))
 
 
+def pairs(call, keys, values, what):
+    """(key, value) pairs of a list of keys (``init``, ``push``, ``pull``), refused
+    unless there is one value per key."""
+    check_lengths(call, keys, **{what: values})
+    return zip(keys, as_list(values))
+
+
 def pushpull_rounds(keys, values, outs, check_key):
     """[(key, values, outs)], one per distinct key in first-seen order: a repeated
     key's values and outs merged (MXNet's grouping). ``outs`` None: in place."""

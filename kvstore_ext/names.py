@@ -19,11 +19,11 @@ registered type, non-distributed names) goes to MXNet's ``create`` untouched.
 import difflib
 import functools
 
-# The distributed types MXNet 1.9.1 documents and its examples use (kvstore.cc reads
-# 'dist', '_async' and 'device' out of the name; these are the spellings in use).
-MXNET_DIST_TYPES = ('dist_sync', 'dist_async', 'dist_sync_device', 'dist_async_device',
-                    'dist_device_sync', 'dist_device_async')
-MXNET_TYPES = ('local', 'device', 'nccl') + MXNET_DIST_TYPES
+# MXNet's own distributed names and the test for a name MXNet would run as its plain
+# dist store: one definition, in the stdlib-only hook that also uses them
+from kvstore_ext_autoload import MXNET_DIST_NAMES, wants_kvstore_ext
+
+MXNET_TYPES = ('local', 'device', 'nccl') + tuple(sorted(MXNET_DIST_NAMES))
 
 
 def registered_types():
@@ -39,7 +39,7 @@ def check_type_name(name):
         return                      # MXNet's create raises its own TypeError
     lower = name.lower()
     registered = registered_types()
-    if 'dist' not in lower or lower in registered or lower in MXNET_DIST_TYPES:
+    if not wants_kvstore_ext(lower, registered):
         return
     from .registry import kvstore_types
     known = sorted(set(registered) | set(MXNET_TYPES))

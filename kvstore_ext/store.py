@@ -83,18 +83,6 @@ def _copy(src, dst):
         src.copyto(dst)
 
 
-def _as_list(x):
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def _pairs(keys, values, what):
-    """(key, value) pairs of a list of keys; MXNet's lists must match in length."""
-    values = _as_list(values)
-    if len(values) != len(keys):
-        raise ValueError('%d keys but %d %s' % (len(keys), len(values), what))
-    return zip(keys, values)
-
-
 class CompressedKVStore(KVStoreBase):
     """Base of every registered ``dist_sync_<scheme>`` type (see registry.py).
 
@@ -209,7 +197,7 @@ class CompressedKVStore(KVStoreBase):
         state = self._declare(key, value)
         self._agree(state)
         result = self._transport.broadcast(key, value.as_in_context(cpu()))
-        for o in _as_list(out):
+        for o in calls.as_list(out):
             self._check_out(key, o)
             _copy(result, o)
         state.stored = result.copy()       # MXNet's broadcast is init + pull
@@ -225,8 +213,8 @@ class CompressedKVStore(KVStoreBase):
             for k, values, outs in calls.pushpull_rounds(key, value, out, self._check_key):
                 self._round(k, values, outs).stored = None
             return
-        values = _as_list(value)
-        outs = values if out is None else _as_list(out)
+        values = calls.as_list(value)
+        outs = values if out is None else calls.as_list(out)
         self._round(key, values, outs).stored = None
 
     def _round(self, key, values, outs):
@@ -284,7 +272,7 @@ class CompressedKVStore(KVStoreBase):
         calls it, as with MXNet's kvstores, and keeps rank 0's value for a ``pull``
         before the first ``push``. Once per key."""
         if isinstance(key, (list, tuple)):
-            for k, v in _pairs(key, value, 'values'):
+            for k, v in calls.pairs('init', key, value, 'values'):
                 self.init(k, v)
             return
         self._check_key(key)
@@ -306,14 +294,14 @@ class CompressedKVStore(KVStoreBase):
             if len(set(key)) != len(key):
                 raise ValueError('push: a key appears twice in %r; push each key once a '
                                  'round (sum its values first)' % (key,))
-            for k, v in _pairs(key, value, 'values'):
+            for k, v in calls.pairs('push', key, value, 'values'):
                 self.push(k, v, priority)
             return
         state = self._initialised(key)
         stored = state.stored
         if stored is None:
             stored = ndarray.zeros(state.shape, ctx=cpu(), dtype=state.dtype)
-        self._round(key, _as_list(value), [stored])
+        self._round(key, calls.as_list(value), [stored])
         state.stored = stored
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
@@ -324,7 +312,7 @@ class CompressedKVStore(KVStoreBase):
         if out is None:
             raise TypeError('pull needs out: the array(s) to write %r into' % (key,))
         if isinstance(key, (list, tuple)):
-            for k, o in _pairs(key, out, 'outs'):
+            for k, o in calls.pairs('pull', key, out, 'outs'):
                 self.pull(k, o, priority, ignore_sparse)
             return
         state = self._initialised(key)
@@ -332,7 +320,7 @@ class CompressedKVStore(KVStoreBase):
             raise RuntimeError('key %r: nothing to pull: its last round was a pushpull, '
                                'which writes the sum into its out only; use push then pull'
                                % (key,))
-        for o in _as_list(out):
+        for o in calls.as_list(out):
             if o.stype != 'default':
                 if ignore_sparse:
                     continue
