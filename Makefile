@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 DEPS   := $(VENV)/.deps-installed
 CTEST_BUILD := build/ctest
 
-.PHONY: venv install demo test test-cpp test-py bench clean
+.PHONY: venv install demo test test-cpp test-py bench results-page clean
 
 venv: $(DEPS)
 
@@ -37,6 +37,10 @@ test: test-cpp test-py
 
 bench: install
 	PYTHON=$(abspath $(PY)) bash bench/run_all.sh
+
+# docs/RESULTS.md from the files in bench/results/ (standard library only, no MXNet)
+results-page:
+	$(PYTHON) bench/results_page.py
 
 clean:
 	rm -rf build $(VENV)

@@ -14,7 +14,7 @@ the share of zero entries, ``mean|g| over the nonzero / mean|g|``, and the share
 entries at or above 2 and 3 times ``mean|g|`` (what Hylo sends at ``fc_scale`` 2 and 3).
 docs/RESULTS.md section 19 reads it.
 
-    python bench/fc_zeros.py --models mlp lenet cnn512 --out bench/results/fc_zeros_s15.txt
+    python bench/fc_zeros.py --models mlp lenet cnn512 --out bench/results/fc_zeros.txt
 """
 import argparse
 import os

@@ -27,7 +27,7 @@ machine, no ``!``).
 
     python bench/promise.py --specs dist_sync dist_sync_hylo:aggregation=server \\
         dist_sync_hylo:aggregation=homomorphic --models cnn512 --workers 4 \\
-        --schedules short --seeds 3 --json bench/results/promise_repro.json
+        --schedules short --seeds 3 --json /tmp/promise_repro.json
 
 Specs are ``KVSTORE[:KEY=VALUE,...]`` as in bench/cluster.py (values: compression
 params). The training script gives a scheme with a ``momentum`` parameter its SGD

@@ -27,11 +27,11 @@ import numpy as np
 # LeNet) trained on CPU; nothing for ImageNet-size models.
 _HYLO_DEFAULT = ('within 0.5 points of dist_sync, shown by a one-sided bound, in all 12 '
                  'MNIST cells (cnn512, MLP, LeNet; 4 and 8 workers; short and long runs): '
-                 'docs/RESULTS.md sections 20 and 23, promise_s16_fc_velocity.json, '
-                 'promise_s19_high_rate_masking.json')
+                 'docs/RESULTS.md sections 20 and 23, hylo_fc_momentum_correction_8w.json, '
+                 'hylo_masking_high_rate_8w_long.json')
 _LONG_4W = ('within 0.5 points of dist_sync on the mean on cnn512 and the MLP at 4 '
             'workers, long runs, 2 seeds (not shown): docs/RESULTS.md section 12, '
-            'promise_schemes_4w_long.json')
+            'schemes_4w_long.json')
 EVIDENCE = {
     'dist_sync': 'the baseline',
     'dist_sync_none': 'no compression: the same float32 sums as dist_sync',
@@ -40,14 +40,14 @@ EVIDENCE = {
     'dist_sync_hylo:aggregation=server,pull=compressed':
         'not within 0.5: about 1 point below dist_sync on cnn512 at 4 workers (short, 16 '
         'seeds, +0.97 +- 1.19) and half a point on the MLP: docs/RESULTS.md section 18, '
-        'promise_s14_compressed_pull.json',
+        'hylo_compressed_pull.json',
     'dist_sync_2bit': 'does not train the MNIST CNN (ends near 58%; other thresholds did '
                       'not fix it): docs/RESULTS.md section 4, '
                       'accuracy_2bit_thresholds.json',
     'dist_sync_thc': _LONG_4W + '; 8 workers short: MLP shown within 0.5 '
-                     '(promise_8w_schemes.json)',
+                     '(schemes_8w_short_thc_powersgd_lgreco_dad.json)',
     'dist_sync_fp16': _LONG_4W + '; 8 workers short: MLP equal to dist_sync '
-                      '(promise_8w_baselines.json)',
+                      '(schemes_8w_short_topk_fp16_adacomp.json)',
     'dist_sync_powersgd': _LONG_4W,
     'dist_sync_lgreco': _LONG_4W + '; within a point at 8 workers on cnn512 (section 11)',
     'dist_sync_adacomp': _LONG_4W,

@@ -9,15 +9,16 @@ server sums arrive in any order, so two runs of dist_sync with one seed differ; 
 spread dist_sync's final accuracy by 0.4-0.5 points (bench/results/accuracy.txt), so the
 difference of two single runs spreads by about 0.6. A CI run failed the old two-sided
 0.5-point bound with Hylo 0.95 points *above* dist_sync (97.5 vs 96.55). Within 0.5
-points is judged over seeds by bench/promise.py (docs/RESULTS.md section 7); this test
+points is judged over seeds by bench/promise.py (docs/RESULTS.md, "Hylo's accuracy
+matrix"); this test
 catches a Hylo that trains worse than the noise (for scale, MXNet's 2-bit codec lost
 38 points on this CNN in bench/results/accuracy.txt's 8-epoch run).
 
 The byte bounds: server mode's was 10x before the conv rates were raised: a conv
 layer at the size threshold now sends 0.3 of its filters (was 0.1), which bought back
 the accuracy that short runs lost; on this CNN, whose conv layers are a quarter of the
-gradient, that costs the push ratio from over 10x to 7.4x (CI run of 2026-11;
-bench/results/promise_final.txt reports the ratio per model). The additive mode codes
+gradient, that costs the push ratio from over 10x to 7.4x (in a CI run;
+bench/results/wire_bytes.json gives the bytes per model). The additive mode codes
 FC values as base-9 digits at 4 workers (4.6 bits, not 2.1) and sends twice the conv
 filters, but its pull is compressed as much as its push: 4.0x both ways here
 (measured), against server mode's 7.4x push and 1x pull."""

@@ -1,0 +1,78 @@
+"""docs/RESULTS.md is generated from bench/results/ (bench/results_page.py): the committed
+page must be what the generator writes, and every `bench/results/<file>` a document or
+the code names must exist, so that renaming or removing a result file cannot leave a
+dangling citation. Standard library only: no MXNet, no processes but the generator."""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GENERATOR = os.path.join(REPO, 'bench', 'results_page.py')
+# where a citation of a result file may live (the result files themselves are data:
+# their notes name the files they were paired with when they were made)
+SCAN = ['README.md', 'docs', 'kvstore_ext', 'bench', 'tests']
+SUFFIXES = ('.md', '.py', '.sh', '.txt', '.cc', '.h', '.cfg', '.toml')
+CITATION = re.compile(r'bench/results/([A-Za-z0-9_.{},*\-]+[A-Za-z0-9}*])')
+
+
+def _generate(*args):
+    return subprocess.run([sys.executable, GENERATOR] + list(args), cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_committed_page_is_the_generated_one():
+    result = _generate('--check')
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_fails_on_a_page_that_differs(tmp_path):
+    page = tmp_path / 'RESULTS.md'
+    with open(os.path.join(REPO, 'docs', 'RESULTS.md')) as f:
+        text = f.read()
+    page.write_text(text.replace('24 of 24', '23 of 24', 1) if '24 of 24' in text
+                    else text + 'edited\n')
+    result = _generate('--check', '--out', str(page))
+    assert result.returncode == 1
+    assert 'make results-page' in result.stderr
+
+
+def _files():
+    for top in SCAN:
+        path = os.path.join(REPO, top)
+        if os.path.isfile(path):
+            yield path
+            continue
+        for root, dirs, names in os.walk(path):
+            rel = os.path.relpath(root, REPO)
+            if rel == os.path.join('bench', 'results') or '__pycache__' in rel:
+                dirs[:] = []
+                continue
+            for name in names:
+                if name.endswith(SUFFIXES):
+                    yield os.path.join(root, name)
+
+
+def _expand(pattern):
+    """`kernels.{json,png}` -> both names; globs (`exit_repeat*.json`) must match one."""
+    m = re.search(r'\{([^{}]*)\}', pattern)
+    if m:
+        return [n for alt in m.group(1).split(',')
+                for n in _expand(pattern[:m.start()] + alt + pattern[m.end():])]
+    return [pattern]
+
+
+def test_every_cited_result_file_exists():
+    results = os.path.join(REPO, 'bench', 'results')
+    missing = []
+    for path in _files():
+        with open(path, errors='replace') as f:
+            text = f.read()
+        for m in CITATION.finditer(text):
+            for name in _expand(m.group(1).rstrip('.')):
+                if not glob.glob(os.path.join(results, name)):
+                    line = text.count('\n', 0, m.start()) + 1
+                    missing.append('%s:%d: bench/results/%s'
+                                   % (os.path.relpath(path, REPO), line, name))
+    assert not missing, 'cited result files that do not exist:\n' + '\n'.join(missing)
