@@ -14,7 +14,7 @@ Not a timing benchmark: it counts jobs that do not exit by themselves. Each run 
 with each kvstore type of ``--types``. ``dist_sync`` is MXNet's own store, unchanged
 (kvstore_ext_autoload only prints the line that tells the launcher a script is done).
 A type ending in ``@no-exit-handler`` (``dist_sync_hylo@no-exit-handler``) runs our
-type with kvstore_ext's exit handler switched off (bench/exit_no_handler.py): the
+type with kvstore_ext's exit handler switched off (bench/experiments/exit_no_handler.py): the
 state before kvstore_ext/shutdown.py.
 
 A run "hangs" when the launcher had to name a node hung at exit (exit 124,
@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 EXAMPLES = os.path.join(REPO, 'tests', 'mxnet_examples')
 LAUNCH = os.path.join(REPO, 'kvstore_ext', 'launch.py')
-NO_HANDLER = os.path.join(HERE, 'exit_no_handler.py')
+NO_HANDLER = os.path.join(HERE, 'experiments', 'exit_no_handler.py')
 NO_HANDLER_SUFFIX = '@no-exit-handler'
 
 

@@ -57,7 +57,7 @@ class AdaCompCodec(GatherCodec):
     def step(self, grad, state, num_workers, rank):
         payload = self.encode(grad, state.residual)
         # elements sent (header word 6), a view read only by whoever inspects it:
-        # bench/adacomp_layers.py's per-layer rates
+        # bench/experiments/adacomp_layers.py's per-layer rates
         state.last['sent'] = payload[6:7]
         total = yield Gather('payload', payload, self.size)
         return total.reshape(self.shape)

@@ -14,7 +14,7 @@ the share of zero entries, ``mean|g| over the nonzero / mean|g|``, and the share
 entries at or above 2 and 3 times ``mean|g|`` (what Hylo sends at ``fc_scale`` 2 and 3).
 docs/RESULTS.md section 19 reads it.
 
-    python bench/fc_zeros.py --models mlp lenet cnn512 --out bench/results/fc_zeros.txt
+    python bench/experiments/fc_zeros.py --models mlp lenet cnn512 --out bench/results/fc_zeros.txt
 """
 import argparse
 import os
@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'gluon_scripts'))
+sys.path.insert(0, os.path.join(HERE, '..', '..', 'gluon_scripts'))
 
 
 def layer_rows(model, steps, report_at, batch, lr, momentum, seed, size_threshold):

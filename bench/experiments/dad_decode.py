@@ -1,7 +1,7 @@
 """Cost of dAD's hot loop: the servers' decode of outer-product payloads (U^T V for
 every worker, ``kvx_decode_slots`` on codec id 6), on the MNIST models' Dense layers.
 
-    OMP_NUM_THREADS=1 python bench/dad_decode.py --json bench/results/dad_decode.json
+    OMP_NUM_THREADS=1 python bench/experiments/dad_decode.py --json bench/results/dad_decode.json
 
 Per case: best of ``--repeat`` wall times of one ``kvx_decode_slots`` call over the
 workers' payloads, and the arithmetic rate (2 k out in flops a payload). Run it from

@@ -2,7 +2,7 @@
 against its size and its slot (what the PS key carries), in one process (the store's
 local transport runs the same codec and the same server-side decode).
 
-    python bench/adacomp_layers.py --model cnn512 --epochs 1 --json out.json
+    python bench/experiments/adacomp_layers.py --model cnn512 --epochs 1 --json out.json
 
 One worker, so the gradients are the full batch's, not a shard's: the rates are
 indicative of a distributed run, not equal to it.
@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'gluon_scripts'))
 
 

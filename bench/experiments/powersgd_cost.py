@@ -10,7 +10,7 @@ with OMP_NUM_THREADS=1, as bench/promise.py runs every node (its default ``--thr
 calling thread: the arithmetic alone, without the hand-offs between threads, which a
 loaded machine makes slow). The load average is recorded: other jobs inflate times.
 
-    python bench/powersgd_cost.py --models cnn512 mlp --json bench/results/powersgd_cost.json
+    python bench/experiments/powersgd_cost.py --models cnn512 mlp --json bench/results/powersgd_cost.json
 """
 import argparse
 import json
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'gluon_scripts'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), 'gluon_scripts'))
 
 KVSTORES = ('dist_sync_none', 'dist_sync_fp16', 'dist_sync_powersgd')
 

@@ -9,7 +9,7 @@ in the one-process transport as a server would), a bundled MNIST model with
 and of forward + backward for scale. OMP_NUM_THREADS=1, as bench/promise.py runs every
 node; the load average is recorded (other jobs inflate wall times; CPU time less so).
 
-    OMP_NUM_THREADS=1 python bench/dad_ef_cost.py --models mlp cnn512 \\
+    OMP_NUM_THREADS=1 python bench/experiments/dad_ef_cost.py --models mlp cnn512 \\
         --json bench/results/dad_ef_cost.json
 """
 import argparse
@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'gluon_scripts'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), 'gluon_scripts'))
 
 CONFIGS = [('dad', {}), ('oneway', {'method': 'oneway', 'error_feedback': 0}),
            ('oneway, error feedback', {'method': 'oneway', 'error_feedback': 1}),

@@ -10,7 +10,7 @@ the spec of the kernels), for the uniform table (q = 16) and THC's non-uniform t
 each on a grid. Then the bits a value of the packed sum for n workers: base n g + 1
 digits, D a float32 word with base^D <= 2^24 (g = 15 uniform, 30 THC's).
 
-    python bench/thc_table_error.py [--samples 4000000] [--json out.json]
+    python bench/experiments/thc_table_error.py [--samples 4000000] [--json out.json]
 """
 import argparse
 import json
@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'python'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'python'))
 from kvx_ref import thc as ref  # noqa: E402
 from kvx_ref.wire import digits_per_word  # noqa: E402
 

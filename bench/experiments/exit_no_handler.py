@@ -1,4 +1,4 @@
-"""Run a script (``python bench/exit_no_handler.py script.py args...``) with
+"""Run a script (``python bench/experiments/exit_no_handler.py script.py args...``) with
 kvstore_ext's exit handler (kvstore_ext/shutdown.py) switched off: how jobs of our
 types ended before it existed. bench/exit_repeat.py uses it for its
 ``@no-exit-handler`` variants; nothing else should."""

@@ -26,8 +26,8 @@ the worker last sent the filter; ``round_robin``: k filters in turn, whatever th
 norms); ``--momentum-correction`` is DGC's (the workers accumulate velocities, the
 optimizer applies plain SGD to the compressed layers' aggregate).
 
-    python bench/layer_stats.py --model cnn512 --workers 4 --epochs 3 --json out.json
-    python bench/layer_stats.py --variant dense        # no compression (reference)
+    python bench/experiments/layer_stats.py --model cnn512 --workers 4 --epochs 3 --json out.json
+    python bench/experiments/layer_stats.py --variant dense        # no compression (reference)
 """
 import argparse
 import json
@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'gluon_scripts'))
 
 
