@@ -22,7 +22,7 @@ BUSY_RATIO = 1.25      # as bench/cluster.py: compute wall / CPU above this: mac
 BUSY_SHARE = 0.25      # as bench/accuracy.py: others used this share of the cores
 
 # one colour per scheme, the same in every plot. Older result files name server mode
-# plain 'dist_sync_hylo' (then Hylo's default; docs/RESULTS.md's introduction); newer
+# plain 'dist_sync_hylo' (then Hylo's default); newer
 # ones name both modes explicitly
 SCHEME_COLORS = {
     'dist_sync': '#444444',

@@ -399,7 +399,8 @@ def section_cluster():
     name = 'cluster.json'
     data = load(name)
     cfg = data['config']
-    base = {(r['rate'], r['model']): r['step_s'] for r in data['runs'] if r['scheme'] == 'dist_sync'}
+    base = {(r['rate'], r['model']): r['step_s']
+            for r in data['runs'] if r['scheme'] == 'dist_sync'}
     labels = {'dist_sync_hylo': "`dist_sync_hylo`, server mode",
               'dist_sync_hylo(aggregation=homomorphic)': '`dist_sync_hylo`, homomorphic',
               'dist_sync(type=2bit,threshold=0.5)': "MXNet's 2-bit"}
@@ -409,7 +410,8 @@ def section_cluster():
              '%.2fx' % (base[(r['rate'], r['model'])] / r['step_s'])]
             for r in data['runs'] if not r.get('error') and r.get('step_s')]
     agr = load('agreement_cluster.json')
-    abase = {(r['rate'], r['model']): r['step_s'] for r in agr['runs'] if r['scheme'] == 'dist_sync'}
+    abase = {(r['rate'], r['model']): r['step_s']
+             for r in agr['runs'] if r['scheme'] == 'dist_sync'}
     arows = [[r['rate'], r['model'], num(1000 * abase[(r['rate'], r['model'])]),
               num(1000 * r['step_s']), '%.2fx' % (abase[(r['rate'], r['model'])] / r['step_s'])]
              for r in agr['runs'] if 'agreement=previous' in r['scheme'] and r.get('step_s')]

@@ -27,10 +27,10 @@ import numpy as np
 # LeNet) trained on CPU; nothing for ImageNet-size models.
 _HYLO_DEFAULT = ('within 0.5 points of dist_sync, shown by a one-sided bound, in all 12 '
                  'MNIST cells (cnn512, MLP, LeNet; 4 and 8 workers; short and long runs): '
-                 'docs/RESULTS.md sections 20 and 23, hylo_fc_momentum_correction_8w.json, '
-                 'hylo_masking_high_rate_8w_long.json')
+                 'docs/RESULTS.md ("Hylo\'s accuracy matrix"), '
+                 'hylo_fc_momentum_correction_8w.json, hylo_masking_high_rate_8w_long.json')
 _LONG_4W = ('within 0.5 points of dist_sync on the mean on cnn512 and the MLP at 4 '
-            'workers, long runs, 2 seeds (not shown): docs/RESULTS.md section 12, '
+            'workers, long runs, 2 seeds (not shown): '
             'schemes_4w_long.json')
 EVIDENCE = {
     'dist_sync': 'the baseline',
@@ -39,26 +39,28 @@ EVIDENCE = {
     'dist_sync_hylo:aggregation=server': _HYLO_DEFAULT,
     'dist_sync_hylo:aggregation=server,pull=compressed':
         'not within 0.5: about 1 point below dist_sync on cnn512 at 4 workers (short, 16 '
-        'seeds, +0.97 +- 1.19) and half a point on the MLP: docs/RESULTS.md section 18, '
+        'seeds, +0.97 +- 1.19) and half a point on the MLP: '
+        'docs/decisions/hylo-compressed-pull.md, '
         'hylo_compressed_pull.json',
     'dist_sync_2bit': 'does not train the MNIST CNN (ends near 58%; other thresholds did '
-                      'not fix it): docs/RESULTS.md section 4, '
+                      'not fix it): docs/RESULTS.md ("Time to accuracy"), '
                       'accuracy_2bit_thresholds.json',
     'dist_sync_thc': _LONG_4W + '; 8 workers short: MLP shown within 0.5 '
                      '(schemes_8w_short_thc_powersgd_lgreco_dad.json)',
     'dist_sync_fp16': _LONG_4W + '; 8 workers short: MLP equal to dist_sync '
                       '(schemes_8w_short_topk_fp16_adacomp.json)',
     'dist_sync_powersgd': _LONG_4W,
-    'dist_sync_lgreco': _LONG_4W + '; within a point at 8 workers on cnn512 (section 11)',
+    'dist_sync_lgreco': _LONG_4W + '; within a point at 8 workers on cnn512 '
+                        '(schemes_8w_short_thc_powersgd_lgreco_dad.json)',
     'dist_sync_adacomp': _LONG_4W,
     'dist_sync_dad': _LONG_4W + ' (its Dense layers are modelled here as its fallback, '
                      'Hylo: dAD\'s size depends on the batch)',
     'dist_sync_topk': _LONG_4W + '; fails cnn512 at 8 workers, short, by 14.4 points '
-                      '(docs/RESULTS.md section 12)',
+                      '(schemes_8w_short_topk_fp16_adacomp.json)',
     'dist_sync_lgreco_hylo': 'within noise of dist_sync at 4 workers, short, 3 seeds; '
                              '9 points below on cnn512 at 8 workers before Hylo\'s '
-                             '8-worker fixes, not measured since: docs/RESULTS.md '
-                             'section 11, promise_lgreco_hylo*.json',
+                             '8-worker fixes, not measured since: '
+                             'lgreco_hylo_4w_short.json, lgreco_hylo_8w_short.json',
 }
 EVIDENCE['dist_sync_lgreco_hylo:aggregation=server'] = EVIDENCE['dist_sync_lgreco_hylo']
 NO_EVIDENCE = 'no evidence'

@@ -378,8 +378,8 @@ class CompressedKVStore(KVStoreBase):
     def _deferred_step(self, state, grad, step, exchange):
         """The key's step without waiting for its encoders (``Codec.deferred_checks``):
         waiting for an encoder's status waits for the backward pass to produce the
-        gradient, and kept every later key from being pushed meanwhile (section 10 of
-        docs/RESULTS.md). A bad gradient still voids the step: the encoder keeps the
+        gradient, and kept every later key from being pushed meanwhile (docs/DESIGN.md,
+        "Deferred checks"). A bad gradient still voids the step: the encoder keeps the
         residual and pushes a void payload, so every worker's sum is NaN, and
         ``_resolve`` reads the statuses at the key's next step (or at a save), logs,
         and puts back the local state the step replaced (DGC's velocity).

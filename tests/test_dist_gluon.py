@@ -63,7 +63,7 @@ def test_hylo_matches_dist_sync_in_both_modes(tmp_path, job_env):
              'server': train(tmp_path, job_env, 'dist_sync_hylo', {'aggregation': 'server'})}
     # every worker evaluates the same synchronised model on the same digits (MXNet's own
     # dist_sync too: the scripts broadcast the initial weights before the first push,
-    # training/loop.py _broadcast_before_first_push; docs/RESULTS.md section 13)
+    # training/loop.py _broadcast_before_first_push; docs/decisions/dist-sync-broadcast-first.md)
     assert len({r['final_test_acc'] for r in plain}) == 1, [r['final_test_acc'] for r in plain]
     assert late_accuracy(plain[0]) > 0.95, plain[0]['epochs']
     for mode, hylo in modes.items():

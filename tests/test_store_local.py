@@ -158,7 +158,7 @@ def test_homomorphic_mode_sends_more_of_the_layer_adaptive_filters():
 
 
 def test_default_aggregation_is_homomorphic():
-    """Hylo's default is the additive mode (docs/DESIGN.md, RESULTS section 24): its
+    """Hylo's default is the additive mode (docs/DESIGN.md, docs/decisions/hylo-aggregation-default.md): its
     codecs are the agreed ones, pushes and pulls are both compressed. pull='compressed'
     is server mode's option: asked for without aggregation='server' it is an error
     that says what to add, not a silently ignored flag."""

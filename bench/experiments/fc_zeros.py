@@ -12,7 +12,7 @@ This tool trains one process (no kvstore, plain momentum SGD, one worker's batch
 prints, for every FC weight with at least ``size_threshold`` elements, at a few steps:
 the share of zero entries, ``mean|g| over the nonzero / mean|g|``, and the share of
 entries at or above 2 and 3 times ``mean|g|`` (what Hylo sends at ``fc_scale`` 2 and 3).
-docs/RESULTS.md section 19 reads it.
+docs/decisions/hylo-fc-scale.md reads it.
 
     python bench/experiments/fc_zeros.py --models mlp lenet cnn512 --out bench/results/fc_zeros.txt
 """

@@ -10,7 +10,8 @@ with OMP_NUM_THREADS=1, as bench/promise.py runs every node (its default ``--thr
 calling thread: the arithmetic alone, without the hand-offs between threads, which a
 loaded machine makes slow). The load average is recorded: other jobs inflate times.
 
-    python bench/experiments/powersgd_cost.py --models cnn512 mlp --json bench/results/powersgd_cost.json
+    python bench/experiments/powersgd_cost.py --models cnn512 mlp \\
+        --json bench/results/powersgd_cost.json
 """
 import argparse
 import json

@@ -5,7 +5,7 @@ runs unchanged on the workers (python/kvx_ref/momentum.py is the spec).
 Why: a filter that waits in the residual reaches the optimizer as one lump, whose
 momentum then spreads it over the next ~1/(1-m) steps: its update lags by the wait
 *and* the momentum's tail. With 8 workers on a short run this cost cnn512 about 6
-points (docs/RESULTS.md section 7). DGC accumulates the velocity instead of the
+points (docs/decisions/hylo-momentum-correction.md). DGC accumulates the velocity instead of the
 gradient on the worker, ``u = m u + grad``, sends the top filters of ``u + residual``
 and zeroes ``u`` on the filters sent (factor masking: their momentum left with them);
 its optimizer applies plain SGD to the sum ``S`` of what was sent. Here the optimizer
@@ -16,7 +16,7 @@ goes through the optimizer's momentum; a changing learning rate leaves an error 
 
 Whether a step masks (``masking``): always (True, DGC's rule), never (False), or as a
 callable says at each step: ``HighRateMasking``, while the learning rate is near its
-peak and not once a schedule has decayed it (docs/RESULTS.md sections 22, 23).
+peak and not once a schedule has decayed it (docs/decisions/hylo-momentum-masking.md).
 
 State: ``velocity`` (this worker's own: a void step keeps it) and ``delivered`` (the
 previous S, the same on every worker), both checkpointed. Hylo's conv top-k in both
@@ -31,7 +31,7 @@ add up to momentum SGD's steps, only later. Every FC value is coded each step an
 waits a few steps at most, so the stale momentum that masking guards a top-k against
 barely arises; masked, the FC layers of an MLP trained 48 steps by 8 workers learned
 too slowly (a train loss of 0.48 against 0.36) and ended a point below ``dist_sync``
-(docs/RESULTS.md section 20).
+(docs/decisions/hylo-fc-momentum-correction.md).
 """
 import numpy as np
 
@@ -45,7 +45,7 @@ from ..wire import HEADER_WORDS, element_topk_index_words
 # HighRateMasking masks while the learning rate is at least this share of its peak.
 # Why 0.8: unmasked, 3 of 16 server-mode runs of cnn512's 128-step cosine schedule at 8
 # workers blew up, each in its second epoch (rate 0.96-0.85 of the peak), and no run did
-# later (docs/RESULTS.md sections 21, 23; a threshold read off one model's runs).
+# later (docs/decisions/hylo-momentum-masking.md; a threshold read off one model's runs).
 HIGH_RATE = 0.8
 
 
@@ -61,7 +61,7 @@ class HighRateMasking:
     blew up early in long ones); once the rate has decayed it only slows the filters,
     which cost a long cosine run half a point. A share proportional to the rate (lr /
     peak) still masked most of the steps and recovered little of it
-    (docs/RESULTS.md sections 21-23).
+    (docs/decisions/hylo-momentum-masking.md).
 
     ``read``: returns the current learning rate (``store.follow`` or the hand-over, handover.py); None,
     or a value that is not a finite number >= 0, masks fully. ``peak`` is saved with

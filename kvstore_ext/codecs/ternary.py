@@ -6,7 +6,7 @@ the quantisation error stays in the residual. v (``value``) is
 * ``'mean'``: the mean |acc| of the selected values, the least-squares value of the set;
 * ``'round'``: 2t, so that a code is acc rounded to the nearest multiple of 2t (clipped
   to +-1): the residual of a sent value stays within +-t instead of keeping the tail of
-  the large ones (docs/RESULTS.md section 7: 'mean' lost 3-4 points of an MLP trained
+  the large ones (docs/decisions/hylo-fc-value.md: 'mean' lost 3-4 points of an MLP trained
   48 steps by 8 workers, 'round' did not).
 
 The header carries v, so decoders do not depend on the choice. Codes travel as base-3
