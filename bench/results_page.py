@@ -383,8 +383,9 @@ def section_step_time():
                'homomorphic ms', 'ratio'], srows,
               ['---', '---:', '---:', '---:', '---:', '---:']),
         src('step_time_mnist.json', 'step_time_resnet18.json'),
-        'The MNIST step is a few milliseconds of loopback traffic among the job\'s processes on 2 '
-        'shared cores, so its ratio moves from run to run by more than the target\'s '
+        'The MNIST step is a few milliseconds of loopback traffic among the job\'s '
+        'processes on 2 shared cores, so its ratio moves from run to run by more than the '
+        'target\'s '
         'margin; the resnet18 shapes are the steadier measure. Without compute to hide it, '
         'the homomorphic mode\'s encoding and decoding is all of its extra time; a '
         'training step (above) and a slow link (below) earn it back.',
