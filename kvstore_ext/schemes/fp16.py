@@ -26,8 +26,9 @@ from ..params import Param
 class Float16(Scheme):
     name = 'fp16'
     PARAMS = {
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
-                                low=0),
+        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
+                                '(biases, small layers); the same default in every scheme, so '
+                                'that all compress the same tensors', low=0, rank='leave'),
     }
 
     def codec_for(self, shape, dtype, step=0):
