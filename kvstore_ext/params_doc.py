@@ -2,7 +2,7 @@
 between ``<!-- params:begin -->`` and ``<!-- params:end -->``.
 
 Why: a scheme's defaults used to be restated in its module's docstring, the README,
-docs/DESIGN.md and docs/SCHEMES.md, and the copies drifted. The declarations
+docs/DESIGN.md and a long scheme document, and the copies drifted. The declarations
 (``Scheme.PARAMS``, ``COMMON_PARAMS``, ``Scheme.REMOVED``: params.py) are the one
 source; the pages hold what this module makes of them, and tests/test_params_doc.py
 fails when a page differs from it.

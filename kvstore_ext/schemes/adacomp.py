@@ -1,7 +1,7 @@
 """AdaComp: per-bin residue selection, index + sign, one scale a tensor (server-decoded).
 
 Chen et al., "AdaComp: Adaptive Residual Gradient Compression", AAAI 2018,
-arXiv 1712.02679, Algorithm 1 (shared/papers/adacomp.md; docs/SCHEMES.md).
+arXiv 1712.02679, Algorithm 1 (shared/papers/adacomp.md; docs/schemes/adacomp.md).
 
 Per tensor, after the worker has summed its devices:
 

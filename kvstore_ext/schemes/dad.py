@@ -29,7 +29,7 @@ out)`` floats, instead of ``in * out``. ``kvstore_ext.dad.attach(net)`` captures
    fallback (e.g. MNIST's 10 x 512 output layer at batch 32). So does a weight of fewer
    than ``size_threshold`` elements (32768, as every scheme here, so that all schemes
    compress the same tensors): without it rank-dAD sent MNIST's 10 x 256 output layer
-   as rank 4 (2.6x smaller; measured: docs/SCHEMES.md).
+   as rank 4 (2.6x smaller; measured: docs/schemes/dad.md).
 3. **The step** (codecs/outer.py): ``method='dad'`` (default) sends U = D, V = A; the
    servers add ``U^T V`` of every worker: the exact sum of the workers' gradients, as
    ``dist_sync`` (to float32 rounding; tests/test_dad.py holds it). ``'oneway'``:
@@ -54,7 +54,7 @@ of PyTorch's advised 1-4), ``iterations=1`` (the authors' default), ``tol=1e-3``
 authors'; it only acts with more than one iteration), ``error_feedback=1`` (not the
 authors'): measured on the MNIST MLP and CNN at 4 workers, it raised rank-dAD's test
 accuracy on the MLP on every seed (1.7 points oneway, 3.1 rankdad, 5 seeds) and lowered
-the training loss on every seed of both models (docs/SCHEMES.md). Between the two
+the training loss on every seed of both models (docs/schemes/dad.md). Between the two
 rank-dAD methods ``'oneway'`` is the one to pick first: it adds only one approximation
 (each worker's), while ``'rankdad'`` approximates the sum once more.
 """

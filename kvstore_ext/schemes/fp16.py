@@ -14,7 +14,7 @@ Per tensor, after the worker has summed its devices:
 5. **Aggregation** (sum mode): the halves travel in a float16 key; MXNet's server adds
    them (in float32, rounded once to float16: measured) and workers pull the float16
    sum, so both directions carry 2 bytes an element (2x smaller than float32). That
-   last rounding is not fed back (docs/SCHEMES.md).
+   last rounding is not fed back (docs/schemes/fp16.md).
 """
 import numpy as np
 

@@ -39,7 +39,7 @@ from .base import Scheme
 from ..codecs.thc import TABLE_IDS, ThcCodec, check_table
 from ..params import Param
 
-# T by table when ``clamp`` is not given: 2.5 for the uniform table (docs/SCHEMES.md: the
+# T by table when ``clamp`` is not given: 2.5 for the uniform table (docs/schemes/thc.md: the
 # error a coordinate is within 4% of its minimum there, with margin for blocks above
 # unit variance); THC's table was designed with Phi^-1(1 - 1/64) = 2.1539 (its authors'
 # p = 1/32 of the coordinates clamped).
