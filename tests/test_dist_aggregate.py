@@ -260,7 +260,7 @@ def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, w
         params = dict(PARAMS, momentum=0.9, momentum_correction='on', chunk_size=1 << 20,
                       aggregation=aggregation)
         if aggregation == 'homomorphic':
-            params['agreement'] = 'round'
+            params['agreement'] = 'conv_round'
         k = Hylo(**params).conv_k(job.SHAPES[key])
     launch(tmp_path, job_env, workers, servers, [JOB, '--kvstore', kvstore,
                                                  '--params', json.dumps(params),
