@@ -16,7 +16,7 @@ the codec cuts the tensor; exact formulas, tested against the NumPy reference):
 * **FC** (``TernaryCodec``, homomorphic ``AdditiveTernaryCodec``): the value is
   ``fc_scale``. Candidates: ``fc_scale`` times the same factors ({1, 1.5, 2, 3, 4}
   around 2). ``t = scale * mean|S|``; the selected set is ``|S| >= t``; its code
-  stands for ``v`` = 2t (Hylo's ``FC_VALUE``), or t where the cap at max|S| decides;
+  stands for ``v`` = 2t (Hylo's ``FC_VALUE``);
   ``error`` =
   ``sqrt(sum over the set of (|S| - v)^2 + sum over the rest of S^2)``. With a fixed
   ``fc_threshold`` the scale does nothing and the FC layers are not chosen for.
@@ -45,7 +45,7 @@ import math
 import numpy as np
 
 from . import layerwise
-from .hylo import FC_VALUE, Hylo
+from .hylo import Hylo
 from .layerwise import LayerwiseChoice
 from .. import chunking
 from ..codecs import (FilterTopKCodec, TernaryCodec, AdditiveTernaryCodec,
@@ -73,22 +73,16 @@ def conv_errors(rows, chunkings):
     return np.sqrt(np.maximum(squared, 0.0))
 
 
-def ternary_error(values, scale, value):
-    """Frobenius norm of what the ternary rule loses on ``values`` (float64, flat):
-    t = scale * mean|values|; |values| >= t sent as +-v (v by the codec's value rule
-    ``value``: 'round', Hylo's, 2t; 'mean', the mean |value| of the set; 't', t); the
-    rest lost whole."""
+def ternary_error(values, scale):
+    """Frobenius norm of what Hylo's ternary rule loses on ``values`` (float64, flat):
+    t = scale * mean|values|; |values| >= t sent as +-2t (``FC_VALUE``); the rest lost
+    whole."""
     mag = np.abs(values)
     t = scale * mag.mean() if mag.size else 0.0
     if not t > 0:
         return math.sqrt(float((mag ** 2).sum()))
     sent = mag[mag >= t]
-    v = t
-    if value == 'mean' and sent.size:
-        v = sent.mean()
-    elif value == 'round':
-        v = 2 * t
-    return math.sqrt(float(((sent - v) ** 2).sum() + (mag[mag < t] ** 2).sum()))
+    return math.sqrt(float(((sent - 2 * t) ** 2).sum() + (mag[mag < t] ** 2).sum()))
 
 
 class LGreCoHylo(LayerwiseChoice, Hylo):
@@ -140,8 +134,7 @@ class LGreCoHylo(LayerwiseChoice, Hylo):
             errors = conv_errors(summed.reshape((shape[0], -1)), [c for _, c, _ in options])
         else:
             flat = summed.reshape(-1)
-            rule = FC_VALUE
-            errors = [math.sqrt(sum(ternary_error(flat[c.start:c.stop], value, rule)
+            errors = [math.sqrt(sum(ternary_error(flat[c.start:c.stop], value)
                                     ** 2 for c in chunks))
                       for value, chunks, _ in options]
         return [(value, e, size) for (value, _, size), e in zip(options, errors)]
