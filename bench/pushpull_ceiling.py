@@ -68,6 +68,7 @@ def main(argv=None):
     from kvstore_ext.codecs.ternary import VALUE_RULES
     from kvstore_ext.ops import op, shape_attr
     from kvstore_ext.schemes import Hylo
+    from kvstore_ext.schemes.hylo import FC_VALUE
 
     n = args.rows * args.cols
     rng = np.random.default_rng(0)
@@ -76,8 +77,8 @@ def main(argv=None):
     residual = mx.nd.zeros((n,))
     flat = grad.reshape((n,))
     # Hylo's FC defaults
-    defaults = {name: Hylo.PARAMS[name].default
-                for name in ('fc_scale', 'fc_value', 'aggregation')}
+    defaults = {name: Hylo.PARAMS[name].default for name in ('fc_scale', 'aggregation')}
+    defaults['fc_value'] = FC_VALUE
     aggregation = args.aggregation or defaults['aggregation']
 
     def run_copy():

@@ -44,18 +44,8 @@ def worker_gradients(workers, step, key):
 
 
 def agreement_statistic(codec, accs):
-    """What the workers' agreement sums to: abs-sums (FC; with value 'mean' also the sum
-    and count of each worker's |acc| at or above its own threshold) or filter scores
+    """What the workers' agreement sums to: abs-sums and maxima (FC) or filter scores
     (conv)."""
-    if isinstance(codec, AdditiveTernaryCodec) and codec.agreement_words == 4:
-        words = np.zeros(4)
-        for a in accs:
-            magnitude = np.abs(a.reshape(-1))
-            total = magnitude.sum(dtype=np.float64)
-            above = magnitude >= np.float32(total) * np.float32(codec.scale / codec.size)
-            words += [total, magnitude[above].sum(dtype=np.float64), above.sum(),
-                      ref.acc_abs_max(a)]
-        return words
     if isinstance(codec, AdditiveTernaryCodec):     # [sum|acc|, sum of the maxima]
         return np.array([sum(np.abs(a.astype(np.float64)).sum() for a in accs),
                          sum(float(ref.acc_abs_max(a)) for a in accs)])
@@ -149,15 +139,12 @@ MODES = {'server': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server')),
                                dict(PARAMS, aggregation='server', pull='compressed')),
          'homomorphic': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
                                                       agreement='previous')),
-         'homomorphic-round': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
-                                                            agreement='round')),
+         # the conv filter set from a round below 8 workers too
+         'homomorphic-conv-round': ('dist_sync_hylo', Hylo,
+                                    dict(PARAMS, aggregation='homomorphic',
+                                         agreement='conv_round')),
          # the default agreement: at 8 workers the conv filter set comes from a round
          'homomorphic-auto': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic')),
-         # the former FC rule, fc_value='mean' (codes worth the mean |acc| of the selected)
-         'server-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='server',
-                                                      fc_value='mean')),
-         'homomorphic-mean': ('dist_sync_hylo', Hylo, dict(PARAMS, aggregation='homomorphic',
-                                                           fc_value='mean')),
          # float32 through MXNet's own pushpull, chunk by chunk on views of the arrays
          'none': ('dist_sync_none', NoCompression, {'chunk_size': 1024}),
          # codecs change at steps 2 and 4 (aggregate_job.replanning_scheme)
@@ -175,8 +162,8 @@ STEPS_OF = {'replan': 6}
 @pytest.mark.parametrize('mode, workers, servers', [
     (mode, w, s) for mode in ('server', 'server-compressed', 'homomorphic')
     for w, s in ((2, 1), (2, 2), (4, 1), (4, 2))
-] + [('homomorphic-round', 2, 2), ('homomorphic-round', 4, 1), ('none', 2, 2),
-       ('server-mean', 2, 2), ('homomorphic-mean', 4, 1), ('server', 8, 2),
+] + [('homomorphic-conv-round', 2, 2), ('homomorphic-conv-round', 4, 1), ('none', 2, 2),
+       ('server', 8, 2),
        ('homomorphic-auto', 8, 2), ('homomorphic-auto', 2, 1),
        ('replan', 2, 2), ('replan', 4, 1), ('adacomp', 2, 2), ('adacomp', 4, 1),
        ('topk', 2, 2), ('topk', 4, 1)])
@@ -273,7 +260,7 @@ def test_momentum_correction_matches_reference(tmp_path, job_env, aggregation, w
         params = dict(PARAMS, momentum=0.9, momentum_correction='on', chunk_size=1 << 20,
                       aggregation=aggregation)
         if aggregation == 'homomorphic':
-            params['agreement'] = 'round'
+            params['agreement'] = 'conv_round'
         k = Hylo(**params).conv_k(job.SHAPES[key])
     launch(tmp_path, job_env, workers, servers, [JOB, '--kvstore', kvstore,
                                                  '--params', json.dumps(params),

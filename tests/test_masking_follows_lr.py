@@ -59,7 +59,7 @@ def test_steps_follow_the_rate_as_the_reference(aggregation):
     """One worker (homomorphic: agreed by a round, so the agreed filters are its own
     top-k): a step masks the sent filters' velocity while the rate is high."""
     rate = Rate(RATES[0])
-    kv = store(aggregation=aggregation, agreement='round')
+    kv = store(aggregation=aggregation, agreement='conv_round')
     kv.follow_learning_rate(rate)
     residual = velocity = delivered = None
     peak = 0.0
@@ -103,9 +103,10 @@ def test_a_decayed_rate_keeps_the_sent_filters_velocity(fraction, masked):
 
 
 @pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
-def test_a_constant_rate_masks_exactly_as_on(aggregation):
-    """A constant schedule (the short runs) leaves 'lr' bit-identical to 'on'."""
-    on = store(aggregation=aggregation, momentum_masking='on')
+def test_a_constant_rate_masks_exactly_as_always(aggregation):
+    """A constant schedule (the short runs) leaves 'lr' bit-identical to masking at every
+    step (what 'lr' does when it follows no rate, and what the removed 'on' did)."""
+    on = store(aggregation=aggregation)
     follows = store(aggregation=aggregation)
     follows.follow_learning_rate(lambda: 0.05)
     for step in range(5):
@@ -132,10 +133,15 @@ def test_lr_the_default_without_a_rate_masks_fully_and_says_so_and_off_never(cap
     off.follow_learning_rate(lambda: 0.05)
     off.pushpull('conv', mx.nd.array(grad(0)))
     assert off._keys['conv'].chunks[0].codec.masking is False
-    on = store(momentum_masking='on')
-    on.follow_learning_rate(lambda: 0.05)
-    on.pushpull('conv', mx.nd.array(grad(0)))
-    assert on._keys['conv'].chunks[0].codec.masking is True
+
+
+def test_masking_on_is_removed_with_the_reason():
+    """'on' equalled 'lr' at a constant rate and cost the long run: passing it names
+    why it went and what to use."""
+    with pytest.raises(ValueError, match=r"momentum_masking='on' was removed: .*constant "
+                                         r"learning rate.*use instead: "
+                                         r"momentum_masking='lr'"):
+        store(momentum_masking='on')
 
 
 def test_follows_an_optimizers_schedule_and_a_trainer():

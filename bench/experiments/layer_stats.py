@@ -126,14 +126,8 @@ class Layer:
             nz = 0
             for w in range(W):
                 codes = (accs[w] >= ts[w]).astype(np.float32) - (accs[w] <= -ts[w])
-                value = ts[w]
-                if capped[w]:
-                    pass
-                elif p.get('fc_value') == 'mean' and codes.any():
-                    # the sent magnitude: the mean |acc| of the sent coordinates
-                    value = np.abs(accs[w][codes != 0]).mean()
-                elif p.get('fc_value') == 'round':
-                    value = 2 * ts[w]
+                # Hylo's rule (hylo.FC_VALUE): a code stands for 2t, t where capped
+                value = ts[w] if capped[w] else 2 * ts[w]
                 sent[w] = codes * np.float32(value)
                 nz += np.count_nonzero(codes)
             stats['nonzero'] = nz / (W * accs[0].size)

@@ -4,7 +4,7 @@
 // gradient, so elements that are still growing go first).  A sent element carries its
 // index and the sign of H; every sent element stands for the same value, the tensor's
 // scale (the mean over bins of max|G|).  The residual keeps G - sign * scale for the
-// sent elements and G for the others.  docs/SCHEMES.md states the rule and the payload.
+// sent elements and G for the others.  docs/schemes/adacomp.md states the rule and the payload.
 #ifndef KVX_CODECS_ADACOMP_H_
 #define KVX_CODECS_ADACOMP_H_
 

@@ -1,7 +1,7 @@
 // Element top-k (the usual sparsification baseline): the k elements of
 // acc = grad + residual with the largest |acc| are sent as (index, value) entries; the
 // others stay in the residual, and the residual of a sent element becomes 0 (zero-fill,
-// cheaper than decode-and-subtract and equal to it).  docs/SCHEMES.md states the payload.
+// cheaper than decode-and-subtract and equal to it).  docs/schemes/topk.md states the payload.
 #ifndef KVX_CODECS_ELEMENT_TOPK_H_
 #define KVX_CODECS_ELEMENT_TOPK_H_
 

@@ -3,7 +3,7 @@
 // (out x in), dAD sends U = the layer's output deltas D (rows x out) and V = its input
 // activations A (rows x in), whose product U^T V is the exact gradient; rank-dAD sends
 // the r factors of a power iteration.  The servers form U^T V and sum over workers.
-// docs/SCHEMES.md states the payload.
+// docs/schemes/dad.md states the payload.
 #ifndef KVX_CODECS_OUTER_H_
 #define KVX_CODECS_OUTER_H_
 

@@ -2,7 +2,7 @@
 // every worker shares, stochastic rounding to q integer levels, and the integers packed
 // into float32 words that MXNet's stock server adds exactly; workers decode the sum.
 // The spec, step by step and bit for bit, is python/kvx_ref/thc.py; the scheme is
-// kvstore_ext/schemes/thc.py and docs/SCHEMES.md.
+// kvstore_ext/schemes/thc.py and docs/schemes/thc.md.
 //
 // A chunk of n elements is cut into Hadamard blocks (thc_blocks): `block` elements while
 // that many are left, then the largest power of two that fits, down to kThcMinBlock; a

@@ -7,7 +7,7 @@ bins' max|G|. The residual keeps ``G - sign * scale`` where sent, ``G`` elsewher
 
 The payload varies with the number selected, the PS slot does not: it holds
 ``capacity`` entries. When more qualify, the ``capacity`` largest |H| go and the others
-stay in the residual (they qualify again next step). docs/SCHEMES.md has the details.
+stay in the residual (they qualify again next step). docs/schemes/adacomp.md has the details.
 
 ``MomentumAdaCompCodec``: the same with DGC's momentum correction (codecs/momentum.py):
 the worker's velocity ``u = m u + grad`` takes the gradient's place (``G = u + residual``,

@@ -2,7 +2,7 @@
 elements of ``acc = grad + residual`` with the largest |acc| travel as (index, value)
 entries, ties to the lower index; the residual of a sent element becomes 0 and the
 others keep ``acc``. ``k = ceil(ratio * n)`` per tensor (per chunk), at least 1, so the
-payload has one size for the whole run. docs/SCHEMES.md has the payload."""
+payload has one size for the whole run. docs/schemes/topk.md has the payload."""
 import math
 
 from .base import GatherCodec, check_encoded

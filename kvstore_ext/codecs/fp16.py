@@ -7,7 +7,7 @@ Overflow: float16 ends at 65504. Each worker clips acc to ``limit(num_workers)``
 largest float16 L with ``num_workers * L <= 65504``, before rounding, so that neither a
 worker's value nor any partial sum at the server can overflow; the excess stays in the
 residual and goes with the next steps. The server adds the halves in float32 and rounds
-the sum once to float16 (measured, docs/SCHEMES.md): an error of at most half a float16
+the sum once to float16 (measured, docs/schemes/fp16.md): an error of at most half a float16
 unit of the sum that no worker's residual sees.
 """
 import numpy as np

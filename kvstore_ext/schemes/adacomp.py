@@ -1,7 +1,7 @@
 """AdaComp: per-bin residue selection, index + sign, one scale a tensor (server-decoded).
 
 Chen et al., "AdaComp: Adaptive Residual Gradient Compression", AAAI 2018,
-arXiv 1712.02679, Algorithm 1 (shared/papers/adacomp.md; docs/SCHEMES.md).
+arXiv 1712.02679, Algorithm 1 (shared/papers/adacomp.md; docs/schemes/adacomp.md).
 
 Per tensor, after the worker has summed its devices:
 
@@ -43,16 +43,23 @@ from ..params import Param
 class AdaComp(Scheme):
     name = 'adacomp'
     PARAMS = {
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
-                                low=0),
-        'bin_conv': Param('int', 50, 'bin length for conv tensors (3-D and more)', low=1),
-        'bin_fc': Param('int', 500, 'bin length for FC and other tensors', low=1),
         'max_per_bin': Param('float', 3.0, 'slot capacity: elements sent per bin on average '
-                             'at most (the largest |H| go first)', low=0, low_open=True),
+                             'at most (the largest |H| go first); the bytes pushed are the '
+                             "slot's, about bin / max_per_bin fewer than float32: 10 halved "
+                             "the MLP's loss at half the ratio", low=0, low_open=True,
+                             rank='tune'),
+        'bin_fc': Param('int', 500, 'bin length for FC and other tensors: one element a bin '
+                        'qualifies at least; shorter bins send more', low=1, rank='tune'),
+        'bin_conv': Param('int', 50, 'bin length for conv tensors (3-D and more)', low=1,
+                          rank='tune'),
+        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
+                                '(biases, small layers); the same default in every scheme, so '
+                                'that all compress the same tensors', low=0, rank='leave'),
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
-                          'correction: the velocity is encoded in the gradient\'s place '
-                          "(0: off; unless set, the optimizer's, handed over: handover.py)",
-                          low=0, high=0.999),
+                          'correction: the velocity is encoded in the gradient\'s place; '
+                          "unless set, the optimizer's, handed over (handover.py): set it "
+                          'only for a loop without a Trainer or Module (0: off)',
+                          low=0, high=0.999, rank='leave'),
     }
 
     def codec_for(self, shape, dtype, step=0):

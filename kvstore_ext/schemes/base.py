@@ -8,16 +8,21 @@ from ..params import Param
 # Parameters every scheme accepts: how the transport cuts large tensors.
 COMMON_PARAMS = {
     'chunk_size': Param('int', 1 << 20, 'largest chunk (elements) that travels as one key; '
-                        'larger tensors are cut and spread over the servers', low=1024),
+                        'larger tensors are cut and spread over the servers; lower it to '
+                        'spread a model with few large tensors over more servers',
+                        low=1024, rank='leave'),
 }
 
 
 class Scheme:
     """Subclasses set ``name`` (the kvstore type becomes ``dist_sync_<name>``),
-    ``PARAMS`` (name -> params.Param) and implement ``codec_for``."""
+    ``PARAMS`` (name -> params.Param, declared in rank order), ``REMOVED`` (name ->
+    params.Removed: parameters that are gone, refused with their reason) and implement
+    ``codec_for``."""
 
     name = None
     PARAMS = {}
+    REMOVED = {}
     # Workers the codecs serve: the store sets it before it plans a key, so a policy may
     # choose by it (Hylo's agreement='auto'); 1 outside a store (plan, --list).
     num_workers = 1
@@ -27,7 +32,8 @@ class Scheme:
     learning_rate = None
 
     def __init__(self, **given):
-        self.params = _params.validate(dict(COMMON_PARAMS, **self.PARAMS), given, self.name)
+        self.params = _params.validate(dict(COMMON_PARAMS, **self.PARAMS), given, self.name,
+                                       self.REMOVED)
         self.check(self.params)
         # the parameters the user set: a handed-over optimizer momentum (handover.py)
         # never overrides them

@@ -29,7 +29,7 @@ out)`` floats, instead of ``in * out``. ``kvstore_ext.dad.attach(net)`` captures
    fallback (e.g. MNIST's 10 x 512 output layer at batch 32). So does a weight of fewer
    than ``size_threshold`` elements (32768, as every scheme here, so that all schemes
    compress the same tensors): without it rank-dAD sent MNIST's 10 x 256 output layer
-   as rank 4 (2.6x smaller; measured: docs/SCHEMES.md).
+   as rank 4 (2.6x smaller; measured: docs/schemes/dad.md).
 3. **The step** (codecs/outer.py): ``method='dad'`` (default) sends U = D, V = A; the
    servers add ``U^T V`` of every worker: the exact sum of the workers' gradients, as
    ``dist_sync`` (to float32 rounding; tests/test_dad.py holds it). ``'oneway'``:
@@ -54,7 +54,7 @@ of PyTorch's advised 1-4), ``iterations=1`` (the authors' default), ``tol=1e-3``
 authors'; it only acts with more than one iteration), ``error_feedback=1`` (not the
 authors'): measured on the MNIST MLP and CNN at 4 workers, it raised rank-dAD's test
 accuracy on the MLP on every seed (1.7 points oneway, 3.1 rankdad, 5 seeds) and lowered
-the training loss on every seed of both models (docs/SCHEMES.md). Between the two
+the training loss on every seed of both models (docs/schemes/dad.md). Between the two
 rank-dAD methods ``'oneway'`` is the one to pick first: it adds only one approximation
 (each worker's), while ``'rankdad'`` approximates the sum once more.
 """
@@ -91,26 +91,35 @@ class DAD(Scheme):
 
     name = 'dad'
     PARAMS = {
-        'method': Param('str', 'dad', "'dad' (A and D: the exact sum), 'oneway' (rank-dAD "
-                        "factors, float32 pull) or 'rankdad' (factors, and the servers "
-                        "re-factorise the sum)", choices=METHODS),
-        'rank': Param('int', 4, 'rank-dAD: rank of each worker\'s factors', low=1),
-        'iterations': Param('int', 1, 'rank-dAD: power iterations per component', low=1),
-        'tol': Param('float', 1e-3, 'rank-dAD: stop iterating when the vector moves less',
-                     low=0),
-        'seed': Param('int', 0, 'rank-dAD: seed of the start vectors', low=0),
+        'method': Param('str', 'dad', "'dad' (A and D: the exact sum, about 7x fewer bytes "
+                        "pushed at 32 rows), 'oneway' (rank-dAD factors, float32 pull: "
+                        "about 35-40x, level with dist_sync with error feedback) or "
+                        "'rankdad' (factors, and the servers re-factorise the sum: a "
+                        "compressed pull, more loss)", choices=METHODS, rank='tune'),
+        'rank': Param('int', 4, "rank-dAD: rank of each worker's factors; 8 narrowed the "
+                      "MLP's loss without error feedback", low=1, rank='tune'),
+        'capacity': Param('int', 0, "dad: rows a step may capture per layer (0: the rows of "
+                          "the layer's first step); set it when batches vary in size",
+                          low=0, rank='leave'),
         'error_feedback': Param('int', 1, 'rank-dAD: 1 keeps what the factors leave out '
                                 '(a residual a layer on each worker; rankdad: on the '
-                                'servers too) and sends it with the next step', low=0,
-                                high=1),
+                                'servers too) and sends it with the next step; 0: the '
+                                "authors' rank-dAD, less accurate", low=0, high=1,
+                                rank='leave'),
+        'iterations': Param('int', 1, 'rank-dAD: power iterations per component (3 did no '
+                            'better than 1)', low=1, rank='leave'),
+        'tol': Param('float', 1e-3, 'rank-dAD: stop iterating when the vector moves less '
+                     '(acts only with more than one iteration)', low=0, rank='leave'),
+        'seed': Param('int', 0, 'rank-dAD: seed of the start vectors', low=0, rank='leave'),
         'size_threshold': Param('int', 32768, 'Dense weights with fewer elements take the '
-                                'fallback', low=0),
-        'capacity': Param('int', 0, "dad: rows a step may capture per layer (0: the rows of "
-                          "the layer's first step)", low=0),
+                                'fallback', low=0, rank='leave'),
+        'fallback': Param('str', 'hylo', 'scheme of every other tensor (conv, biases, '
+                          "layers not attached); its parameters as 'fallback.<name>'",
+                          choices=_SchemeNames(), rank='leave'),
         'check_gradient': Param('int', 1, '1: refuse a Dense gradient that is not the '
-                                'product of its captured rows', low=0, high=1),
-        'fallback': Param('str', 'hylo', 'scheme of every other tensor; its parameters as '
-                          "'fallback.<name>'", choices=_SchemeNames()),
+                                'product of its captured rows (clipping, several passes '
+                                'with grad_req=write); 0 sends what the rows say',
+                                low=0, high=1, rank='diagnostic'),
     }
 
     def __init__(self, **given):

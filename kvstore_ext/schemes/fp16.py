@@ -14,7 +14,7 @@ Per tensor, after the worker has summed its devices:
 5. **Aggregation** (sum mode): the halves travel in a float16 key; MXNet's server adds
    them (in float32, rounded once to float16: measured) and workers pull the float16
    sum, so both directions carry 2 bytes an element (2x smaller than float32). That
-   last rounding is not fed back (docs/SCHEMES.md).
+   last rounding is not fed back (docs/schemes/fp16.md).
 """
 import numpy as np
 
@@ -26,8 +26,9 @@ from ..params import Param
 class Float16(Scheme):
     name = 'fp16'
     PARAMS = {
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
-                                low=0),
+        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
+                                '(biases, small layers); the same default in every scheme, so '
+                                'that all compress the same tensors', low=0, rank='leave'),
     }
 
     def codec_for(self, shape, dtype, step=0):

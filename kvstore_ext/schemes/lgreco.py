@@ -75,7 +75,7 @@ class LGreCo(LayerwiseChoice, PowerSGD):
     family = 'ranks'
     PARAMS = dict(PowerSGD.PARAMS, **layerwise.PARAMS, **{
         'rank': Param('int', 4, 'default rank: the error budget is its total error, and '
-                      'the candidates go from half to twice it', low=1),
+                      'the candidates go from half to twice it', low=1, rank='tune'),
     })
 
     def check(self, params):

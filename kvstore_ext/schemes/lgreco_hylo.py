@@ -16,7 +16,7 @@ the codec cuts the tensor; exact formulas, tested against the NumPy reference):
 * **FC** (``TernaryCodec``, homomorphic ``AdditiveTernaryCodec``): the value is
   ``fc_scale``. Candidates: ``fc_scale`` times the same factors ({1, 1.5, 2, 3, 4}
   around 2). ``t = scale * mean|S|``; the selected set is ``|S| >= t``; its code
-  stands for ``v`` = 2t (``fc_value='round'``), the mean |S| of the set (``'mean'``) or t;
+  stands for ``v`` = 2t (Hylo's ``FC_VALUE``);
   ``error`` =
   ``sqrt(sum over the set of (|S| - v)^2 + sum over the rest of S^2)``. With a fixed
   ``fc_threshold`` the scale does nothing and the FC layers are not chosen for.
@@ -73,21 +73,16 @@ def conv_errors(rows, chunkings):
     return np.sqrt(np.maximum(squared, 0.0))
 
 
-def ternary_error(values, scale, value):
-    """Frobenius norm of what the ternary rule loses on ``values`` (float64, flat):
-    t = scale * mean|values|; |values| >= t sent as +-v (v by the ``fc_value`` rule
-    ``value``: the mean |value| of the set, 2t, or t); the rest lost whole."""
+def ternary_error(values, scale):
+    """Frobenius norm of what Hylo's ternary rule loses on ``values`` (float64, flat):
+    t = scale * mean|values|; |values| >= t sent as +-2t (``FC_VALUE``); the rest lost
+    whole."""
     mag = np.abs(values)
     t = scale * mag.mean() if mag.size else 0.0
     if not t > 0:
         return math.sqrt(float((mag ** 2).sum()))
     sent = mag[mag >= t]
-    v = t
-    if value == 'mean' and sent.size:
-        v = sent.mean()
-    elif value == 'round':
-        v = 2 * t
-    return math.sqrt(float(((sent - v) ** 2).sum() + (mag[mag < t] ** 2).sum()))
+    return math.sqrt(float(((sent - 2 * t) ** 2).sum() + (mag[mag < t] ** 2).sum()))
 
 
 class LGreCoHylo(LayerwiseChoice, Hylo):
@@ -96,12 +91,12 @@ class LGreCoHylo(LayerwiseChoice, Hylo):
     PARAMS = dict(Hylo.PARAMS, **layerwise.PARAMS, **{
         'knobs': Param('str', 'all', "which layers are chosen for: 'all', 'conv' (filter "
                        "counts) or 'fc' (threshold scales); the others keep Hylo's "
-                       "defaults", choices=('all', 'conv', 'fc')),
+                       "defaults", choices=('all', 'conv', 'fc'), rank='leave'),
     })
 
     def steady_step(self):
-        """Chosen values apply after both of Hylo's warm-ups."""
-        return self.params['warmup_steps'] + self.params['conv_warmup_steps']
+        """Chosen values apply after Hylo's warm-up."""
+        return self.params['warmup_steps']
 
     # -- the family: Hylo's conv filter count and FC threshold scale ------------------
     def layer_default(self, shape, dtype):
@@ -139,8 +134,7 @@ class LGreCoHylo(LayerwiseChoice, Hylo):
             errors = conv_errors(summed.reshape((shape[0], -1)), [c for _, c, _ in options])
         else:
             flat = summed.reshape(-1)
-            rule = self.params['fc_value']
-            errors = [math.sqrt(sum(ternary_error(flat[c.start:c.stop], value, rule)
+            errors = [math.sqrt(sum(ternary_error(flat[c.start:c.stop], value)
                                     ** 2 for c in chunks))
                       for value, chunks, _ in options]
         return [(value, e, size) for (value, _, size), e in zip(options, errors)]

@@ -44,18 +44,22 @@ from ..params import Param
 class TopK(Scheme):
     name = 'topk'
     PARAMS = {
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed',
-                                low=0),
         'ratio': Param('float', 0.01, 'fraction of elements sent per tensor (k = '
-                       'ceil(ratio * n))', low=0, low_open=True, high=1),
-        'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
-                          "correction (0: off; unless set, the optimizer's, handed over: "
-                          'handover.py)', low=0, high=0.999),
+                       'ceil(ratio * n)); the push ratio is about 1 / (2 ratio): raise it '
+                       'if accuracy lags', low=0, low_open=True, high=1, rank='tune'),
         'warmup_steps': Param('int', 0, "DGC's sparsity warm-up: over the first this many "
                               'steps the fraction sent decays exponentially from '
-                              'warmup_ratio to ratio (0: off)', low=0),
+                              'warmup_ratio to ratio (0: off); costs bytes, keep it small '
+                              'against the run', low=0, rank='tune'),
         'warmup_ratio': Param('float', 0.25, 'fraction sent at the first step of the '
-                              'sparsity warm-up', low=0, low_open=True, high=1),
+                              'sparsity warm-up', low=0, low_open=True, high=1, rank='leave'),
+        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
+                                '(biases, small layers); the same default in every scheme, so '
+                                'that all compress the same tensors', low=0, rank='leave'),
+        'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
+                          "correction; unless set, the optimizer's, handed over "
+                          '(handover.py): set it only for a loop without a Trainer or '
+                          'Module (0: off)', low=0, high=0.999, rank='leave'),
     }
 
     def ratio_at(self, step):

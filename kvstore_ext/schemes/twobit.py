@@ -16,7 +16,10 @@ from ..params import Param
 class TwoBit(Scheme):
     name = '2bit'
     PARAMS = {
-        'threshold': Param('float', 0.5, 'fixed quantisation threshold t', low=0, low_open=True),
+        'threshold': Param('float', 0.5, 'fixed quantisation threshold t, in the gradient\'s '
+                           'units: values at or beyond +-t send +-t; MXNet\'s meaning of '
+                           '--gc-threshold: set it near the gradients\' magnitude', low=0,
+                           low_open=True, rank='tune'),
     }
 
     def codec_for(self, shape, dtype, step=0):

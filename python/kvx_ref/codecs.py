@@ -415,7 +415,7 @@ def twobit_decode(words, threshold, n):
     return np.where(bits == 3, t, np.where(bits == 2, -t, f32(0))).astype(f32)
 
 
-# -- AdaComp (Chen et al. 2018, arXiv 1712.02679; docs/SCHEMES.md) ---------------
+# -- AdaComp (Chen et al. 2018, arXiv 1712.02679; docs/schemes/adacomp.md) ---------------
 
 def adacomp_entry_words(n):
     """An entry is the code 2 * index + (H < 0): one float32 word while codes stay below
@@ -491,7 +491,7 @@ def adacomp_decode(payload, n):
     return out, OK
 
 
-# -- element top-k (the sparsification baseline; docs/SCHEMES.md) ----------------
+# -- element top-k (the sparsification baseline; docs/schemes/topk.md) ----------------
 
 def element_topk_index_words(n):
     """An index is an exact float32 integer: one word while n <= 2**24, else two
@@ -549,7 +549,7 @@ def element_topk_decode(payload, n):
     return out, OK
 
 
-# -- float16 in sum mode (dist_sync_fp16; docs/SCHEMES.md) ------------------------
+# -- float16 in sum mode (dist_sync_fp16; docs/schemes/fp16.md) ------------------------
 
 FLOAT16_MAX = 65504.0
 

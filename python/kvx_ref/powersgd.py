@@ -1,4 +1,4 @@
-"""NumPy reference of dist_sync_powersgd (docs/SCHEMES.md): the executable spec that
+"""NumPy reference of dist_sync_powersgd (docs/schemes/powersgd.md): the executable spec that
 tests hold the MXNet codec (kvstore_ext/codecs/powersgd.py) and real ps-lite jobs to.
 
 Computed in float64 from the same float32 gradients: the codec's float32 arithmetic
