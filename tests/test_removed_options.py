@@ -16,7 +16,7 @@ from kvstore_ext.schemes import DAD, Hylo, LGreCoHylo
 REMOVED = [
     ('fc_value', 't', "MXNet's 2-bit rule", 'drop fc_value'),
     ('fc_value', 'mean', 'lost 3.7 points', 'drop fc_value'),
-    ('conv_warmup_steps', 16, 'promise_8w_conv_warmup.json', 'warmup_steps'),
+    ('conv_warmup_steps', 16, 'hylo_conv_warmup_8w.json', 'warmup_steps'),
     ('agreement', 'round', 'round trip a step', "agreement='auto'"),
     ('compress_layers', 'fc', 'diagnostic', 'dist_sync_none'),
     ('compress_layers', 'conv', 'diagnostic', 'dist_sync_none'),

@@ -50,7 +50,7 @@ def _broadcast_before_first_push(trainer):
     own dist_sync a worker's first gradient push can then reach the servers before its
     broadcast pull: once every worker has pushed, that pull returns the first round's
     gradient sum instead of the weights, and the worker's replica drifts away for good
-    (docs/RESULTS.md section 13). Broadcasting first and waiting for it closes that
+    (docs/decisions/dist-sync-broadcast-first.md). Broadcasting first and waiting for it closes that
     window. (kvstore_ext's stores broadcast through keys of their own.)"""
     import mxnet as mx
     if not trainer._kv_initialized:

@@ -43,13 +43,13 @@ log = logging.getLogger('kvstore_ext')
 
 # agreement='auto' takes 'conv_round' from this many workers on: at 8 workers the round
 # beat the one-step-old filter scores of 'previous' by 3.2 points on cnn512's short run
-# (16 seeds; docs/RESULTS.md section 15); at 4 the two end equal and 'previous' reads
+# (16 seeds; docs/decisions/hylo-agreement.md); at 4 the two end equal and 'previous' reads
 # nothing (its keys push without waiting).
 CONV_ROUND_WORKERS = 8
 
 # momentum_correction='auto' corrects from this many workers on (why: docs/schemes/hylo.md).
-# Long runs at 8 workers would gain 0.3 points without it (10 seeds, docs/RESULTS.md
-# section 17), but a kvstore cannot tell a long run from a short one.
+# Long runs at 8 workers would gain 0.3 points without it (10 seeds,
+# docs/decisions/hylo-momentum-correction.md), but a kvstore cannot tell a long run from a short one.
 MOMENTUM_CORRECTION_WORKERS = 8
 
 # What a nonzero FC code stands for: 2t, acc rounded to the nearest multiple of 2t
@@ -62,18 +62,18 @@ _FC_VALUE = Removed(
     "former fc_value='round'): 'mean' (the mean |acc| of the sent values) left the tail "
     "of the largest values in the residual and lost 3.7 points of an 8-worker MLP, 't' "
     "(MXNet's 2-bit rule) drained a large value only t a step and lost 7 "
-    "(bench/results/promise_repro.json, promise_final.json)",
+    "(bench/results/hylo_conv_rate_fc_value_probes.json, bench/results/hylo_fc_value_round_short.json)",
     'the default: drop fc_value', former_default='round')
 _AGREEMENT_ROUND = Removed(
     "an extra round for the FC threshold as well as the conv filters costs a round trip "
     "a step on every key; the round was measured to help only for conv layers from %d "
     "workers on (+3.2 points over 'previous' on cnn512, "
-    "bench/results/promise_s11_auto_8w_short.json), which 'auto' takes" % CONV_ROUND_WORKERS,
+    "bench/results/hylo_agreement_auto_8w.json), which 'auto' takes" % CONV_ROUND_WORKERS,
     "agreement='auto' (the default) or 'conv_round'")
 _MASKING_ON = Removed(
     "masking always equals 'lr' at a constant learning rate, and under a decaying "
     "schedule it cost half a point of cnn512's long run that 'lr' recovers "
-    "(bench/results/promise_s19_high_rate_masking.json)",
+    "(bench/results/hylo_masking_high_rate_8w_long.json)",
     "momentum_masking='lr' (the default)")
 
 
@@ -166,13 +166,13 @@ class Hylo(Scheme):
         'conv_warmup_steps': Removed(
             "DGC's conv sparsity warm-up narrowed cnn512's 8-worker short-run loss from ~6 "
             "to ~3 points over 5 seeds, a gain over the default that was not shown, and "
-            "left the loss open (bench/results/promise_8w_conv_warmup.json); the momentum "
+            "left the loss open (bench/results/hylo_conv_warmup_8w.json); the momentum "
             "correction from 8 workers on is what closed it",
             "the default (no conv warm-up); warmup_steps for a dense warm-up, "
             "momentum_correction for the 8-worker loss", former_default=0),
         'compress_layers': Removed(
             'a diagnostic for ablations (conv or FC layers float32), not a training option '
-            '(bench/results/promise_s12_ablation_long.json)',
+            '(bench/results/hylo_momentum_correction_long.json)',
             'size_threshold to keep small layers float32, or kvstore dist_sync_none to '
             'compare against float32', former_default='all'),
     }

@@ -28,7 +28,7 @@ Per tensor, after the worker has summed its devices:
    ``warmup_ratio`` (DGC: 0.25) to ``ratio``, ``warmup_ratio * (ratio /
    warmup_ratio) ** (step / N)``, re-planned every step (the residual and the
    momentum state carry over). Why: at 1% a short run with many workers loses badly
-   (docs/RESULTS.md section 12: 14 points on cnn512 at 8 workers), because the
+   (14 points on cnn512 at 8 workers: docs/schemes/topk.md), because the
    first steps' large gradients wait in the residual for many steps; DGC's authors
    use the warm-up for exactly this. It costs bytes: the warm-up steps send on average
    ``(warmup_ratio - ratio) / ln(warmup_ratio / ratio)`` of the elements (7.4% for
