@@ -32,7 +32,8 @@ def wanted(slots):
 
 
 def _header(slot):
-    """(status, codec id, n, payload words) of a slot's header."""
+    """(status, codec id, n, payload words) of a slot's header: its sizes (as the C++
+    ``slot_header``; magic and version are the decoder's to check, after)."""
     if slot.size < HEADER_WORDS:
         return BAD_SIZE, 0.0, 0, 0
     low, high, body = float(slot[3]), float(slot[4]), float(slot[7])
@@ -41,10 +42,6 @@ def _header(slot):
             and high == int(high) and 0 <= body <= slot.size - HEADER_WORDS
             and body == int(body)):
         return BAD_SIZE, 0.0, 0, 0
-    if slot[0] != HEADER_MAGIC:
-        return BAD_MAGIC, 0.0, 0, 0
-    if slot[2] != HEADER_VERSION:
-        return BAD_VERSION, 0.0, 0, 0
     return 0, float(slot[1]), int(low) + (int(high) << MANTISSA_F32), \
         HEADER_WORDS + int(body)
 
@@ -66,10 +63,17 @@ def decode_slots(slots, capacity):
                 status = BAD_SIZE
             elif (codec_id, n) != first or codec_id not in decoders:
                 status = BAD_CODEC
+            elif slot[0] != HEADER_MAGIC:       # what every decoder checks first
+                status = BAD_MAGIC
+            elif slot[2] != HEADER_VERSION:
+                status = BAD_VERSION
             else:
                 decoded, status = decoders[codec_id](slot[:words], n)
+                decoded = np.asarray(decoded, np.float32).reshape((-1,))
+                if status == 0 and decoded.size != n:    # the decoder's own bug
+                    status = BAD_SIZE
                 if status == 0:
-                    total[:n] += np.asarray(decoded, np.float32).reshape((-1,))
+                    total[:n] += decoded
         statuses.append(int(status))
     if any(statuses):
         total[:] = np.nan
