@@ -41,8 +41,7 @@ def library_path():
 TEST_LIBRARY = 'libkvx_test_ops.so'
 
 
-@pytest.fixture(scope='session')
-def test_library_path(library_path):
+def _test_ops_library(library_path):
     """The operators only tests use (the per-codec decoders, THC's pieces, ...), a
     library of their own built and installed next to the plugin (CMake KVX_TEST_OPS):
     $KVX_TEST_OPS_LIB, else the one beside the plugin."""
@@ -53,13 +52,13 @@ def test_library_path(library_path):
 
 
 @pytest.fixture(scope='session')
-def ops(library_path, test_library_path):
+def ops(library_path):
     """mx.nd with the kvx_* operators of the plugin and of the test library registered
     (each library is loaded once)."""
     if not hasattr(mx.nd, 'kvx_fp32_encode'):
         mx.library.load(library_path, verbose=False)
     if not hasattr(mx.nd, 'kvx_fp32_decode'):
-        mx.library.load(test_library_path, verbose=False)
+        mx.library.load(_test_ops_library(library_path), verbose=False)
     return mx.nd
 
 
