@@ -1152,3 +1152,12 @@ def test_plugin_has_no_test_ops():
                  'kvx_thc_unrotate', 'kvx_thc_quantize', 'kvx_thc_dequantize',
                  'kvx_filter_scores', 'kvx_twobit_encode'}
     assert not names & test_only, sorted(names & test_only)
+    # what benchmarks call to get them (bench/kernels.py)
+    code = ('import kvstore_ext, json\n'
+            'from kvstore_ext import _lib\n'
+            '_lib.load_test_ops()\n'
+            'print(json.dumps(sorted(_lib.OPS)))\n')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert test_only | names <= set(json.loads(proc.stdout.strip().splitlines()[-1]))
