@@ -924,6 +924,7 @@ def main(argv=None):
     clock = CLOCK[args.clock]
     mx, kvstore_ext, _lib, ops, ref = import_everything(args)
     lib_path = _lib.library_path()
+    _lib.load_test_ops()     # the decoders and pieces the benchmark times
     lib = load_capi(lib_path)
     info = machine_info(args, lib_path)
     null = lib.kvx_abi_version

@@ -34,9 +34,9 @@ const char* kvx_status_symbol(int status) {
   return status >= 0 && status < kvx::kStatusCount ? kvx::kStatuses[status].symbol : nullptr;
 }
 
-int kvx_codec_count(void) { return kvx::kCodecCount; }
+int kvx_codec_count(void) { return kvx::codec_count(); }
 static const kvx::CodecSpec* codec_at(int index) {
-  return index >= 0 && index < kvx::kCodecCount ? &kvx::kCodecs[index] : nullptr;
+  return index >= 0 && index < kvx::codec_count() ? &kvx::codec_at(index) : nullptr;
 }
 int kvx_codec_id(int index) {
   const kvx::CodecSpec* codec = codec_at(index);

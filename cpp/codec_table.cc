@@ -1,60 +1,48 @@
-// The table of server-decoded codecs and the servers' dispatch through it.
+// The table of server-decoded codecs (rows registered by cpp/codecs/) and the servers'
+// dispatch through it.
 #include "codec_table.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "codecs/adacomp.h"
-#include "codecs/element_topk.h"
-#include "codecs/fp32.h"
-#include "codecs/outer.h"
-#include "codecs/ternary.h"
-#include "codecs/topk.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include "kernel_util.h"
 #include "wire.h"
 
 namespace kvx {
 
-// A header parameter that counts something: an integer float32 holds exactly, else -1,
-// so that a table lookup on a malformed header never converts NaN or 1e30 to int64.
-static int64_t count_param(float x) {
-  return x >= 0 && x < static_cast<float>(kExactF32) && x == std::floor(x)
-             ? static_cast<int64_t>(x)
-             : -1;
+namespace {
+constexpr int kMaxCodecs = 64;
+// Zero-initialised before any constructor runs, so registration order does not matter.
+CodecSpec g_codecs[kMaxCodecs];
+int g_codec_count = 0;
+}  // namespace
+
+CodecRegistrar::CodecRegistrar(const CodecSpec& spec) {
+  for (int i = 0; i < g_codec_count; ++i) {
+    if (g_codecs[i].id == spec.id || std::strcmp(g_codecs[i].name, spec.name) == 0) {
+      std::fprintf(stderr, "kvx: codecs '%s' and '%s' both claim id %g or a name\n",
+                   g_codecs[i].name, spec.name, static_cast<double>(spec.id));
+      std::abort();
+    }
+  }
+  if (g_codec_count == kMaxCodecs) {
+    std::fprintf(stderr, "kvx: more than %d codecs\n", kMaxCodecs);
+    std::abort();
+  }
+  g_codecs[g_codec_count++] = spec;
 }
 
-const CodecSpec kCodecs[] = {
-    {kCodecFp32, "fp32", fp32_decode, fp32_decode_add,
-     [](int64_t n, float, float) { return fp32_payload_words(n); }},
-    {kCodecTopk, "topk", topk_decode, topk_decode_add,
-     [](int64_t, float k, float filter_size) -> int64_t {
-       const int64_t rows = count_param(k), row = count_param(filter_size);
-       return rows < 0 || row < 0 ? -1 : topk_payload_words(rows, row);
-     }},
-    {kCodecTernary, "ternary", ternary_decode, ternary_decode_add,
-     [](int64_t n, float, float) { return ternary_payload_words(n); }},
-    {kCodecAdacomp, "adacomp", adacomp_decode, adacomp_decode_add,
-     [](int64_t n, float, float count) -> int64_t {
-       const int64_t entries = count_param(count);
-       return entries < 0 ? -1 : adacomp_payload_words(n, entries);
-     }},
-    {kCodecElementTopk, "element_topk", element_topk_decode, element_topk_decode_add,
-     [](int64_t n, float k, float) -> int64_t {
-       const int64_t entries = count_param(k);
-       return entries < 0 ? -1 : element_topk_payload_words(n, entries);
-     }},
-    {kCodecOuter, "outer", outer_decode, outer_decode_add,
-     [](int64_t n, float k, float out) -> int64_t {
-       const int64_t rows = count_param(k), cols = count_param(out);
-       return rows < 0 || cols < 1 ? -1 : outer_payload_words(n, rows, cols);
-     }},
-};
-const int kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);
+int codec_count() { return g_codec_count; }
+const CodecSpec& codec_at(int index) { return g_codecs[index]; }
 
 const CodecSpec* find_codec(float id) {
-  for (const CodecSpec& codec : kCodecs)
-    if (codec.id == id) return &codec;
+  for (int i = 0; i < g_codec_count; ++i)
+    if (g_codecs[i].id == id) return &g_codecs[i];
   return nullptr;
 }
 

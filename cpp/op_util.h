@@ -196,6 +196,23 @@ struct Op {
   }
 };
 
+// An encoder of acc = grad + residual: outputs (payload, status), the residual updated
+// in place.
+struct Encoder : OpSpec {
+  static constexpr const char* inputs[] = {"grad", "residual"};
+  static constexpr int outputs = 2;
+  static constexpr bool updates_second = true;
+};
+
+// The count attribute `attr` (k, capacity) of an op on grad fits its n elements.
+inline bool count_fits(const char* op, const char* attr, int64_t count, const Shape& grad) {
+  const int64_t n = product(grad);
+  if (count <= n) return true;
+  MX_ERROR_MSG << op << ": " << attr << "=" << count << " exceeds the " << n
+               << " elements of grad " << shape_string(grad);
+  return false;
+}
+
 }  // namespace kvx_ops
 
 #define KVX_REGISTER_OP(Spec) \

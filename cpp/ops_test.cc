@@ -1,7 +1,7 @@
 // MXNet operators that only tests and benchmarks use (kvstore_ext does not): the
 // per-codec decoders that servers reach through kvx_decode_slots, one filter statistic,
-// and MXNet's 2-bit layout.  Compiled into the plugin when KVX_TEST_OPS is on (the
-// default: tests/test_cpp_ops.py and bench/kernels.py run against the installed plugin).
+// and MXNet's 2-bit layout.  Built into the test library libkvx_test_ops (CMake
+// KVX_TEST_OPS, on by default), not into the plugin: tests load it (tests/conftest.py).
 //
 //   kvx_fp32_decode(payload; size | shape)             -> out f32[size], status
 //   kvx_fp32_decode_add(payload, acc*)                 -> status       (acc += decoded)

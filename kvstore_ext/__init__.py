@@ -8,13 +8,14 @@ kvstore types ``dist_sync_<scheme>`` (see ``kvstore_types()``), usable as
 from . import _lib, names, sparse
 from .errors import NonFiniteGradientError, PayloadError
 from .registry import register_scheme, kvstore_types, SCHEMES
+from .store import CompressedKVStore as _CompressedKVStore
 from .schemes import BUILTIN as _BUILTIN_SCHEMES
 
 __version__ = '0.1.0'
 
 _lib.try_load()
 names.install()      # a mistyped dist_* type raises instead of training uncompressed
-sparse.install()     # Gluon's Trainer names a sparse parameter and the way out
+sparse.install(_CompressedKVStore)     # Gluon's Trainer names a sparse parameter and the way out
 for _scheme in _BUILTIN_SCHEMES:
     register_scheme(_scheme)
 

@@ -46,24 +46,51 @@ def load():
     """
     global _loaded
     if _loaded is None:
-        import ctypes
-        from mxnet.base import _LIB, check_call, c_str, mx_uint, py_str, OpHandle
-        from mxnet.ndarray.register import _make_ndarray_function
         path = library_path()
-        check_call(_LIB.MXLoadLib(c_str(path), mx_uint(0)))
-        names = ctypes.POINTER(ctypes.c_char_p)()
-        count = ctypes.c_uint()
-        check_call(_LIB.MXListAllOpNames(ctypes.byref(count), ctypes.byref(names)))
-        ndarray_module = sys.modules['mxnet.ndarray']
-        for i in range(count.value):
-            name = py_str(names[i])
-            if name.startswith(OP_PREFIX):
-                handle = OpHandle()
-                check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
-                OPS[name] = _make_ndarray_function(handle, name, name)
-                setattr(ndarray_module, name, OPS[name])
+        _register(path)
         _loaded = path
     return _loaded
+
+
+def _register(path):
+    """Load the lib_api library at ``path`` into MXNet and make its new ``kvx_*``
+    operators (into ``OPS`` and ``mxnet.ndarray``)."""
+    import ctypes
+    from mxnet.base import _LIB, check_call, c_str, mx_uint, py_str, OpHandle
+    from mxnet.ndarray.register import _make_ndarray_function
+    check_call(_LIB.MXLoadLib(c_str(path), mx_uint(0)))
+    names = ctypes.POINTER(ctypes.c_char_p)()
+    count = ctypes.c_uint()
+    check_call(_LIB.MXListAllOpNames(ctypes.byref(count), ctypes.byref(names)))
+    ndarray_module = sys.modules['mxnet.ndarray']
+    for i in range(count.value):
+        name = py_str(names[i])
+        if name.startswith(OP_PREFIX) and name not in OPS:
+            handle = OpHandle()
+            check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
+            OPS[name] = _make_ndarray_function(handle, name, name)
+            setattr(ndarray_module, name, OPS[name])
+
+
+TEST_LIBRARY_NAME = 'libkvx_test_ops.so'
+_test_loaded = None
+
+
+def load_test_ops():
+    """Also register the operators only tests and benchmarks use (the per-codec
+    decoders, THC's pieces, MXNet's 2-bit layout: ``cpp/ops_test*.cc``), from the test
+    library installed next to the plugin; kvstore_ext itself never loads it. Returns
+    its path."""
+    global _test_loaded
+    load()
+    if _test_loaded is None:
+        path = os.path.join(os.path.dirname(_loaded), TEST_LIBRARY_NAME)
+        if not os.path.isfile(path):
+            raise ImportError('kvstore_ext: the test library %s is not installed (CMake '
+                              'option KVX_TEST_OPS, on by default: `make install`)' % path)
+        _register(path)
+        _test_loaded = path
+    return _test_loaded
 
 
 def try_load():

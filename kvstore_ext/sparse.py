@@ -28,20 +28,20 @@ def refusal(key, stype, store_type):
             "this model with kvstore='dist_sync'" % (key, stype, store_type))
 
 
-def _compressing(kvstore):
+def _compressing(kvstore, store_class):
     from mxnet.kvstore import KVStoreBase
-    from .store import CompressedKVStore
     if isinstance(kvstore, str):
         kvstore = KVStoreBase.kv_registry.get(kvstore.lower())
-        return isinstance(kvstore, type) and issubclass(kvstore, CompressedKVStore)
-    return isinstance(kvstore, CompressedKVStore)
+        return isinstance(kvstore, type) and issubclass(kvstore, store_class)
+    return isinstance(kvstore, store_class)
 
 
-def check_trainer(trainer):
-    """Raise TypeError if a Gluon Trainer with a kvstore_ext store has a parameter
-    with a sparse gradient or weight."""
+def check_trainer(trainer, store_class):
+    """Raise TypeError if a Gluon Trainer with a kvstore_ext store (a ``store_class``,
+    given by the caller: the store imports this module) has a parameter with a sparse
+    gradient or weight."""
     kvstore = trainer._kvstore_params.get('kvstore')
-    if not _compressing(kvstore):
+    if not _compressing(kvstore, store_class):
         return
     for param in trainer._params:
         for stype in (param._grad_stype, param._stype):
@@ -50,9 +50,9 @@ def check_trainer(trainer):
                 raise TypeError('Gluon parameter ' + refusal(param.name, stype, name))
 
 
-def install():
-    """Wrap Gluon's ``Trainer._init_kvstore`` (once) with ``check_trainer``; not in a
-    server process, where Gluon is not imported."""
+def install(store_class):
+    """Wrap Gluon's ``Trainer._init_kvstore`` (once) with ``check_trainer`` for
+    ``store_class``'s stores; not in a server process, where Gluon is not imported."""
     module = sys.modules.get('mxnet.gluon.trainer')
     if module is None:
         return
@@ -62,7 +62,7 @@ def install():
 
     @functools.wraps(original)
     def _init_kvstore(self):
-        check_trainer(self)
+        check_trainer(self, store_class)
         return original(self)
 
     _init_kvstore.checks_sparse = True

@@ -1,22 +1,21 @@
-"""The wire constants and payload sizes kvstore_ext's Python side uses, in one place.
+"""The wire constants and payload sizes kvstore_ext's Python side uses.
 
-They are the C++ library's (cpp/wire.h, cpp/codec_table.cc; exported through the C
-API) and the spec's (python/kvx_ref/wire.py): tests/test_cpp_ops.py
-(``test_wire_tables_agree``) holds all three equal, id by id and size by size. Kept as
-plain Python (not read from the library at import) because the launcher and the
-schemes' planning run where the plugin need not be loaded.
+They are the C++ library's (cpp/wire.h, cpp/codecs/; exported through the C API) and
+the spec's (python/kvx_ref/wire.py): tests/test_cpp_ops.py (``test_wire_tables_agree``)
+holds them equal, size by size. Which codec has which id and layout is its class's
+to say (codec_list.py). Kept as plain Python (not read from the library at import)
+because the launcher and the schemes' planning run where the plugin need not be
+loaded.
 """
 
 HEADER_WORDS = 8
+HEADER_MAGIC = 7340.0         # header word 0 (cpp/wire.h kHeaderMagic)
+HEADER_VERSION = 1.0          # header word 2
 MANTISSA_F32 = 24              # integers are exact in float32 below 2**24
 
-# ids of the server-decoded codecs (header word 1), by kvstore_ext codec name
-CODEC_IDS = {'fp32': 1, 'topk': 2, 'ternary': 3, 'adacomp': 4, 'element_topk': 5,
-             'outer': 6}
-FP32, TOPK, TERNARY = CODEC_IDS['fp32'], CODEC_IDS['topk'], CODEC_IDS['ternary']
-ADACOMP = CODEC_IDS['adacomp']
-ELEMENT_TOPK = CODEC_IDS['element_topk']
-OUTER = CODEC_IDS['outer']
+# The ids of the server-decoded codecs (header word 1) are their classes' ``codec_id``
+# (codec_list.py). float32's is here too: it is also the plain reply (replies.py).
+FP32 = 1
 
 TERNARY_DIGITS = 15            # base-3 digits a float32 word: 3**15 <= 2**24 < 3**16
 
@@ -76,13 +75,3 @@ def outer_payload_words(n, k, out):
         return -1
     return HEADER_WORDS + k * (out + n // out)
 
-
-# payload words of a server-decoded codec from n and its header parameters a, b
-PAYLOAD_WORDS = {
-    FP32: lambda n, a, b: fp32_payload_words(n),
-    TOPK: lambda n, a, b: topk_payload_words(int(a), int(b)),
-    TERNARY: lambda n, a, b: ternary_payload_words(n),
-    ADACOMP: lambda n, a, b: adacomp_payload_words(n, int(b)),
-    ELEMENT_TOPK: lambda n, a, b: element_topk_payload_words(n, int(a)),
-    OUTER: lambda n, a, b: outer_payload_words(n, int(a), int(b)),
-}

@@ -38,11 +38,27 @@ def library_path():
     return os.path.abspath(path)
 
 
+TEST_LIBRARY = 'libkvx_test_ops.so'
+
+
+def _test_ops_library(library_path):
+    """The operators only tests use (the per-codec decoders, THC's pieces, ...), a
+    library of their own built and installed next to the plugin (CMake KVX_TEST_OPS):
+    $KVX_TEST_OPS_LIB, else the one beside the plugin."""
+    path = os.environ.get('KVX_TEST_OPS_LIB') or os.path.join(
+        os.path.dirname(library_path), TEST_LIBRARY)
+    assert os.path.isfile(path), 'test library %s does not exist (make install)' % path
+    return os.path.abspath(path)
+
+
 @pytest.fixture(scope='session')
 def ops(library_path):
-    """mx.nd with the kvx_* operators registered (the library is loaded once)."""
+    """mx.nd with the kvx_* operators of the plugin and of the test library registered
+    (each library is loaded once)."""
     if not hasattr(mx.nd, 'kvx_fp32_encode'):
         mx.library.load(library_path, verbose=False)
+    if not hasattr(mx.nd, 'kvx_fp32_decode'):
+        mx.library.load(_test_ops_library(library_path), verbose=False)
     return mx.nd
 
 
@@ -956,11 +972,12 @@ def test_c_api(library_path):
 
 
 def test_wire_tables_agree(library_path):
-    """One list of codecs and statuses: the library's tables (cpp/wire.cc,
-    cpp/codec_table.cc, read through the C API) equal the spec's constants
-    (python/kvx_ref) and kvstore_ext's (wire.py, errors.py), entry by entry."""
+    """One list of codecs and statuses: the library's tables (cpp/wire.cc, the rows
+    cpp/codecs/ register, read through the C API) equal kvstore_ext's codec list (the
+    codec classes: codec_list.py), its statuses (errors.py) and the spec's constants
+    (python/kvx_ref), entry by entry."""
     import ctypes
-    from kvstore_ext import errors, wire as ext_wire
+    from kvstore_ext import codec_list, codecs as ext_codecs, errors, wire as ext_wire  # noqa: F401
     lib = ctypes.CDLL(library_path)
     i64, f = ctypes.c_int64, ctypes.c_float
     lib.kvx_header_magic.restype = lib.kvx_header_version.restype = f
@@ -989,15 +1006,17 @@ def test_wire_tables_agree(library_path):
 
     codecs = {lib.kvx_codec_name(i).decode(): lib.kvx_codec_id(i)
               for i in range(lib.kvx_codec_count())}
-    assert codecs == ext_wire.CODEC_IDS
-    assert {codecs[name]: name for name in codecs} == {i: n for n, i in ext_wire.CODEC_IDS.items()}
+    in_cpp = {name: i for name, i in codec_list.codec_ids().items()
+              if codec_list.find(i).server_decode is None}
+    assert codecs == in_cpp
+    assert len(set(codecs.values())) == len(codecs)
     assert {getattr(wire, name.upper()) for name in codecs} == set(codecs.values())
     assert set(ref._DECODERS) == set(codecs.values())   # the spec's decode_slots
 
     sizes = [(1, 1, 1), (14, 3, 5), (15, 1, 15), (16, 2, 8), (1000, 7, 100),
              (12345, 40, 300), (2 ** 24 + 3, 1000, 4608)]
     for i in range(lib.kvx_codec_count()):
-        words = ext_wire.PAYLOAD_WORDS[lib.kvx_codec_id(i)]
+        words = codec_list.find(lib.kvx_codec_id(i)).payload_words_of
         for n, a, b in sizes:
             assert lib.kvx_codec_payload_words(i, n, a, b) == words(n, a, b), (i, n, a, b)
     for n, k, filter_size in sizes:
@@ -1013,7 +1032,7 @@ def test_wire_tables_agree(library_path):
     grad, residual = np.ones((6, 5), f32), np.zeros((6, 5), f32)
     for payload in (ref.fp32_encode(grad)[0], ref.topk_encode(grad, residual, 2)[0],
                     ref.ternary_encode(grad, residual, 1.0)[0]):
-        words = ext_wire.PAYLOAD_WORDS[int(payload[1])]
+        words = codec_list.find(int(payload[1])).payload_words_of
         assert payload.size == words(grad.size, payload[5], payload[6])
 
 
@@ -1091,3 +1110,54 @@ def test_decode_slots_capacity_too_small(ops):
     payloads = _worker_payloads('fp32', 2, (30,), 3)
     _, status = ops.kvx_decode_slots(nd(_slots(payloads, 40)), size=29)
     assert list(status.asnumpy()) == [wire.BAD_SIZE] * 2
+
+
+# ---- the generic encoder and the split of test-only operators ----------------------------
+
+def test_codec_encode_is_the_table_row_encoder(ops):
+    """kvx_codec_encode runs a codec's encoder through its table row (a new codec then
+    needs no op of its own): float32's row gives kvx_fp32_encode's payload, bit for bit."""
+    for shape, kind in [((7,), 'randn'), ((3, 5), 'mixed'), ((1,), 'zeros')]:
+        grad = make(shape, kind, 3)
+        residual = nd(np.zeros(shape, f32))
+        payload, status = ops.kvx_codec_encode(nd(grad), residual, codec=1)
+        want, want_status = ops.kvx_fp32_encode(nd(grad))
+        assert status_of(status) == status_of(want_status) == wire.OK
+        assert same_bits(payload.asnumpy(), want.asnumpy())
+        assert same_bits(payload.asnumpy(), ref.fp32_encode(grad)[0])
+    grad = np.array([1.0, np.nan], f32)
+    payload, status = ops.kvx_codec_encode(nd(grad), nd(np.zeros(2, f32)), codec=1)
+    assert status_of(status) == wire.NONFINITE and np.isnan(payload.asnumpy()[0])
+    with pytest.raises(mx.base.MXNetError, match='codec 3 has no encoder'):
+        ops.kvx_codec_encode(nd(grad), nd(np.zeros(2, f32)), codec=3).wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match='codec 99 has no encoder'):
+        ops.kvx_codec_encode(nd(grad), nd(np.zeros(2, f32)), codec=99).wait_to_read()
+
+
+def test_plugin_has_no_test_ops():
+    """The plugin kvstore_ext loads carries the operators it uses, not the ones only
+    tests use (those are in libkvx_test_ops): checked in a fresh interpreter."""
+    import subprocess
+    code = ('import kvstore_ext, json\n'
+            'from kvstore_ext import _lib\n'
+            'print(json.dumps(sorted(_lib.OPS)))\n')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+    names = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert {'kvx_topk_encode', 'kvx_thc_encode', 'kvx_decode_slots',
+            'kvx_codec_encode'} <= names
+    test_only = {'kvx_topk_decode', 'kvx_fp32_decode_add', 'kvx_thc_rotate',
+                 'kvx_thc_unrotate', 'kvx_thc_quantize', 'kvx_thc_dequantize',
+                 'kvx_filter_scores', 'kvx_twobit_encode'}
+    assert not names & test_only, sorted(names & test_only)
+    # what benchmarks call to get them (bench/kernels.py)
+    code = ('import kvstore_ext, json\n'
+            'from kvstore_ext import _lib\n'
+            '_lib.load_test_ops()\n'
+            'print(json.dumps(sorted(_lib.OPS)))\n')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert test_only | names <= set(json.loads(proc.stdout.strip().splitlines()[-1]))

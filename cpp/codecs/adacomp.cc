@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "codec_table.h"
 #include "kernel_util.h"
 
 namespace kvx {
@@ -182,5 +183,14 @@ int adacomp_decode_add(const float* payload, int64_t payload_words, int64_t n, f
   }
   return kOk;
 }
+
+// The servers' row (codec_table.h): id, name, decoders, payload size.
+KVX_REGISTER_CODEC(kAdacompRow, kCodecAdacomp,
+    "adacomp", adacomp_decode, adacomp_decode_add,
+    [](int64_t n, float, float count) -> int64_t {
+      const int64_t entries = count_param(count);
+      return entries < 0 ? -1 : adacomp_payload_words(n, entries);
+    },
+    nullptr);
 
 }  // namespace kvx

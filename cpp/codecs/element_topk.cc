@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "codec_table.h"
 #include "kernel_util.h"
 #include "stats.h"
 
@@ -125,5 +126,14 @@ int element_topk_decode_add(const float* payload, int64_t payload_words, int64_t
     acc[entry_index(entry, width)] += entry[width - 1];
   return kOk;
 }
+
+// The servers' row (codec_table.h): id, name, decoders, payload size.
+KVX_REGISTER_CODEC(kElementTopkRow, kCodecElementTopk,
+    "element_topk", element_topk_decode, element_topk_decode_add,
+    [](int64_t n, float k, float) -> int64_t {
+      const int64_t entries = count_param(k);
+      return entries < 0 ? -1 : element_topk_payload_words(n, entries);
+    },
+    nullptr);
 
 }  // namespace kvx

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "codec_table.h"
 #include "kernel_util.h"
 #include "stats.h"
 
@@ -50,5 +51,13 @@ int fp32_decode_add(const float* payload, int64_t payload_words, int64_t n, floa
   add_into(acc, payload + kHeaderWords, n);
   return kOk;
 }
+
+// The servers' row (codec_table.h): id, name, decoders, payload size.
+KVX_REGISTER_CODEC(kFp32Row, kCodecFp32,
+    "fp32", fp32_decode, fp32_decode_add,
+    [](int64_t n, float, float) { return fp32_payload_words(n); },
+    [](const float* grad, float*, int64_t n, float, float, float* payload) {
+      return fp32_encode(grad, n, payload);
+    });
 
 }  // namespace kvx

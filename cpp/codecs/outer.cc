@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "codec_table.h"
 #include "kernel_util.h"
 #include "stats.h"
 
@@ -121,5 +122,14 @@ int outer_decode(const float* payload, int64_t payload_words, int64_t n, float* 
   if (status != kOk) zero(out, n);
   return status;
 }
+
+// The servers' row (codec_table.h): id, name, decoders, payload size.
+KVX_REGISTER_CODEC(kOuterRow, kCodecOuter,
+    "outer", outer_decode, outer_decode_add,
+    [](int64_t n, float k, float out) -> int64_t {
+      const int64_t rows = count_param(k), cols = count_param(out);
+      return rows < 0 || cols < 1 ? -1 : outer_payload_words(n, rows, cols);
+    },
+    nullptr);
 
 }  // namespace kvx

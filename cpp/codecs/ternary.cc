@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "codec_table.h"
 #include "kernel_util.h"
 #include "stats.h"
 
@@ -416,5 +417,11 @@ int ternary_decode_sum(const float* words, int64_t num_words, double threshold,
   }
   return kOk;
 }
+
+// The servers' row (codec_table.h): id, name, decoders, payload size.
+KVX_REGISTER_CODEC(kTernaryRow, kCodecTernary,
+    "ternary", ternary_decode, ternary_decode_add,
+    [](int64_t n, float, float) { return ternary_payload_words(n); },
+    nullptr);
 
 }  // namespace kvx

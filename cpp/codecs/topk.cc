@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "codec_table.h"
 #include "kernel_util.h"
 #include "stats.h"
 
@@ -161,5 +162,14 @@ int topk_scatter(const float* values, const float* indices, int64_t k, int64_t f
                 static_cast<size_t>(filter_size) * sizeof(float));
   return kOk;
 }
+
+// The servers' row (codec_table.h): id, name, decoders, payload size.
+KVX_REGISTER_CODEC(kTopkRow, kCodecTopk,
+    "topk", topk_decode, topk_decode_add,
+    [](int64_t, float k, float filter_size) -> int64_t {
+      const int64_t rows = count_param(k), row = count_param(filter_size);
+      return rows < 0 || row < 0 ? -1 : topk_payload_words(rows, row);
+    },
+    nullptr);
 
 }  // namespace kvx

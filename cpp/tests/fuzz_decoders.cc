@@ -191,7 +191,7 @@ void fuzz_row(const CodecSpec& spec, uint64_t cases, uint64_t seed) {
 void fuzz_decode_slots(uint64_t cases, uint64_t seed) {
   Words w(seed + 17);
   for (uint64_t c = 0; c < cases; ++c) {
-    const CodecSpec& spec = kvx::kCodecs[w.below(kvx::kCodecCount)];
+    const CodecSpec& spec = kvx::codec_at(static_cast<int>(w.below(kvx::codec_count())));
     const int64_t n = 1 + static_cast<int64_t>(w.below(200));
     const int64_t workers = 1 + static_cast<int64_t>(w.below(4));
     int64_t slot_words = 0;
@@ -248,11 +248,11 @@ void fuzz_ternary_sum(uint64_t cases, uint64_t seed) {
 int main(int argc, char** argv) {
   const uint64_t cases = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 3000;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 20261123;
-  for (int i = 0; i < kvx::kCodecCount; ++i) fuzz_row(kvx::kCodecs[i], cases, seed);
+  for (int i = 0; i < kvx::codec_count(); ++i) fuzz_row(kvx::codec_at(i), cases, seed);
   fuzz_decode_slots(cases, seed);
   fuzz_ternary_sum(cases, seed);
   std::printf("fuzz_decoders: %d codecs + decode_slots + ternary_decode_sum, %llu cases each, "
-              "seed %llu: %d failures\n", kvx::kCodecCount, static_cast<unsigned long long>(cases),
+              "seed %llu: %d failures\n", kvx::codec_count(), static_cast<unsigned long long>(cases),
               static_cast<unsigned long long>(seed), g_failures);
   return g_failures > 100 ? 100 : g_failures;
 }

@@ -29,6 +29,11 @@ from ..wire import HEADER_WORDS, adacomp_entry_words, adacomp_payload_words
 class AdaCompCodec(GatherCodec):
     name = 'adacomp'
     deferred_checks = True
+    codec_id = 4
+
+    @staticmethod
+    def payload_words_of(n, a, count):
+        return adacomp_payload_words(n, int(count))
 
     def __init__(self, shape, bin, max_per_bin):
         super().__init__(shape)

@@ -16,7 +16,9 @@ Every integer in a payload is an exact float, so payloads survive the server's m
 """
 import numpy as np
 
-from ..errors import VOID, NonFiniteGradientError, PayloadError, status_message
+from .. import codec_list
+from ..aggregate import decode_sum
+from ..checks import check_decoded, check_encoded, deferred_checks  # noqa: F401
 from ..rounds import Gather
 
 
@@ -36,6 +38,24 @@ class Codec:
     # store then pushes without waiting for the encoder and reads its status at the
     # key's next step (store.py)
     deferred_checks = False
+
+    # -- a server-decoded codec declares itself here; defining the class enters it in
+    # the codec list (codec_list.py), which the servers and the C++ table's check read
+    codec_id = None          # header word 1: a positive integer, unique
+    server_decode = None     # None: the plugin's C++ table decodes it (cpp/codecs/);
+                             # else staticmethod (payload, n) -> (float32[n], status)
+    server_reencode = None   # staticmethod (total, residual, a, b, c) -> payload: the
+                             # servers' compressed reply (replies.py), or None
+
+    @staticmethod
+    def payload_words_of(n, a, b):
+        """Payload length (float32 words) for n elements and header parameters a, b."""
+        raise NotImplementedError
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get('codec_id') is not None:
+            codec_list.register(cls)
 
     def __init__(self, shape):
         self.shape = tuple(int(d) for d in shape)
@@ -119,7 +139,6 @@ class GatherCodec(Codec):
 
     def decode(self, payload):
         """Dense float32 tensor of one payload (what a server adds for one worker)."""
-        from ..aggregate import decode_sum
         return decode_sum([payload], self.shape)
 
     def step(self, grad, state, num_workers, rank):
@@ -137,45 +156,3 @@ class GatherCodec(Codec):
     def wire_words(self, num_workers):
         pulled = self.payload_words() if self.compressed_reply else self.size
         return [('payload', 'gather', self.payload_words(), pulled)]
-
-
-_deferred = None     # the list deferred_checks() collects statuses into, while active
-
-
-class deferred_checks:
-    """Within it, ``check_encoded`` collects ``(status, what)`` into the list ``with``
-    gives instead of waiting for the encoder: the store reads them later (store.py)."""
-
-    def __enter__(self):
-        global _deferred
-        self._outer, _deferred = _deferred, []
-        return _deferred
-
-    def __exit__(self, *exc):
-        global _deferred
-        _deferred = self._outer
-
-
-def check_encoded(status, what='gradient', defer=True):
-    """Raise if an encoder reported a non-finite input (status: 1-element NDArray), or
-    collect the status if a ``deferred_checks`` is active (``defer=False``: never,
-    for the servers' re-encoding)."""
-    if defer and _deferred is not None:
-        _deferred.append((status, what))
-        return
-    code = int(status.asscalar())
-    if code:
-        raise NonFiniteGradientError(
-            '%s: %s; nothing was sent and the residual is unchanged'
-            % (what, status_message(code)))
-
-
-def check_decoded(status, what='payload'):
-    """Raise if a decoder rejected a payload (``VOID``, a void sum decoded to NaN, only
-    says the step was void); inside ``deferred_checks``, collect the status instead."""
-    if _deferred is not None:
-        _deferred.append((status, what))
-        return
-    code = int(status.asscalar())
-    if code and code != VOID:
-        raise PayloadError('%s rejected: %s' % (what, status_message(code)))

@@ -13,6 +13,11 @@ from ..wire import element_topk_payload_words
 class ElementTopKCodec(GatherCodec):
     name = 'element_topk'
     deferred_checks = True
+    codec_id = 5
+
+    @staticmethod
+    def payload_words_of(n, k, b):
+        return element_topk_payload_words(n, int(k))
 
     def __init__(self, shape, ratio):
         super().__init__(shape)

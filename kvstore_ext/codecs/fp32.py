@@ -3,13 +3,18 @@ behind the common header it can also travel as a server-decoded payload."""
 from .base import Codec, GatherCodec, check_encoded
 from ..ops import op
 from ..rounds import Sum
-from ..wire import fp32_payload_words
+from ..wire import FP32, fp32_payload_words
 
 
 class FP32Codec(Codec):
     name = 'fp32'
     uses_residual = False
     passthrough = True
+    codec_id = FP32
+
+    @staticmethod
+    def payload_words_of(n, a, b):
+        return fp32_payload_words(n)
 
     def chunk(self, start, stop):
         return FP32Codec((stop - start,))

@@ -52,7 +52,7 @@ from .. import lowrank
 from ..errors import NonFiniteGradientError
 from ..ops import op
 from ..rounds import is_void
-from ..wire import OUTER, outer_payload_words
+from ..wire import outer_payload_words
 
 METHODS = ('dad', 'oneway', 'rankdad')
 MIN_RATIO = 2        # a layer takes this codec only if its payload is this much smaller
@@ -67,6 +67,35 @@ class OuterCodec(GatherCodec):
     name = 'outer'
     uses_residual = False
     chunk_by_rows = True
+    codec_id = 6
+
+    @staticmethod
+    def payload_words_of(n, k, out):
+        return outer_payload_words(n, int(k), int(out))
+
+    @staticmethod
+    def server_reencode(total, residual, rank, rows, iterations):
+        """rankdad's reply: the summed gradient (rows x cols) factorised again to rank
+        r by the workers' power iteration (seed 0, no early stop; lowrank.py), replied
+        as its factors. ``iterations`` > 0: no residual, as the authors' (``residual``
+        stays zero); < 0 (rank-dAD's error feedback): ``-iterations`` iterations on the
+        sum plus ``residual``, which keeps what the factors leave out
+        (python/kvx_ref/dad.py ``server_reply``)."""
+        from mxnet import ndarray
+        feedback = iterations < 0
+        matrix = total.asnumpy().reshape((int(rows), -1)).astype(np.float64)
+        if feedback:
+            matrix += residual.asnumpy().reshape(matrix.shape)
+        p, q = lowrank.factors_of_matrix(matrix, int(rank), int(abs(iterations)))
+        u, v = p.T.astype(np.float32), q.T.astype(np.float32)
+        if feedback:
+            left = matrix - u.T.astype(np.float64) @ v.astype(np.float64)
+            residual[:] = ndarray.array(left.reshape((-1,)), dtype=np.float32)
+        payload, status = op('kvx_outer_encode')(ndarray.array(u, dtype=np.float32),
+                                                 ndarray.array(v, dtype=np.float32),
+                                                 capacity=int(rank))
+        check_encoded(status, 'aggregate', defer=False)
+        return payload
 
     def __init__(self, shape, layer, method='dad', capacity=1, rank=4, iterations=1,
                  tol=1e-3, seed=0, check=True, start=0, error_feedback=False):
@@ -105,8 +134,8 @@ class OuterCodec(GatherCodec):
         """rankdad: the servers factorise the sum to rank r by ``iterations`` of the
         same power iteration (seed 0, no early stop) and reply the factors; the
         iterations word is negative with error feedback: the servers then factorise
-        the sum plus their residual and keep the rest (aggregate._outer_reply)."""
-        return (OUTER, self.size, self.rank, self.rows,
+        the sum plus their residual and keep the rest (``server_reencode``)."""
+        return (self.codec_id, self.size, self.rank, self.rows,
                 -self.iterations if self.error_feedback else self.iterations)
 
     def factors(self, a, d):

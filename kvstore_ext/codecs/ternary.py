@@ -13,7 +13,7 @@ The header carries v, so decoders do not depend on the choice. Codes travel as b
 digits, 15 per float32 word."""
 from .base import GatherCodec, check_encoded
 from ..ops import op
-from ..wire import TERNARY, ternary_payload_words
+from ..wire import ternary_payload_words
 
 
 VALUE_RULES = ('t', 'mean', 'round')      # value_rule 0, 1, 2 of the C++ kernels
@@ -23,6 +23,20 @@ VALUE_TEXT = {'t': '', 'mean': ', value mean|acc| of the sent', 'round': ', valu
 class TernaryCodec(GatherCodec):
     name = 'ternary'
     deferred_checks = True
+    codec_id = 3
+
+    @staticmethod
+    def payload_words_of(n, a, b):
+        return ternary_payload_words(n)
+
+    @staticmethod
+    def server_reencode(total, residual, scale, threshold, value_rule):
+        """The servers' reply: the sum plus their residual, ternary by the same rule."""
+        payload, status = op('kvx_ternary_encode')(total, residual, scale=scale,
+                                                   threshold=threshold,
+                                                   value_rule=int(value_rule))
+        check_encoded(status, 'aggregate', defer=False)
+        return payload
 
     def __init__(self, shape, scale=1.0, threshold=0.0, value='t', compressed_reply=False):
         super().__init__(shape)
@@ -54,7 +68,7 @@ class TernaryCodec(GatherCodec):
 
     def reply_request(self):
         """The servers re-encode sum + their residual with the same rule."""
-        return (TERNARY, self.size, self.scale, self.threshold,
+        return (self.codec_id, self.size, self.scale, self.threshold,
                 float(VALUE_RULES.index(self.value)))
 
     def describe(self):

@@ -4,13 +4,27 @@ import math
 
 from .base import GatherCodec, check_encoded
 from ..ops import op
-from ..wire import TOPK, topk_payload_words
+from ..wire import topk_payload_words
 
 
 class FilterTopKCodec(GatherCodec):
     name = 'topk'
     deferred_checks = True
     chunk_by_rows = True
+    codec_id = 2
+
+    @staticmethod
+    def payload_words_of(n, k, filter_size):
+        return topk_payload_words(int(k), int(filter_size))
+
+    @staticmethod
+    def server_reencode(total, residual, k, filter_size, _):
+        """The servers' reply: the top k filters of the sum plus their residual."""
+        payload, status = op('kvx_topk_encode')(total.reshape((-1, int(filter_size))),
+                                                residual.reshape((-1, int(filter_size))),
+                                                k=int(k))
+        check_encoded(status, 'aggregate', defer=False)
+        return payload
 
     def __init__(self, shape, k, compressed_reply=False):
         super().__init__(shape)
@@ -37,7 +51,7 @@ class FilterTopKCodec(GatherCodec):
 
     def reply_request(self):
         """The servers send the top k filters of sum + their residual."""
-        return (TOPK, self.size, self.k, self.filter_size, 0.0)
+        return (self.codec_id, self.size, self.k, self.filter_size, 0.0)
 
     def describe(self):
         return 'top %d of %d filters%s' % (self.k, self.shape[0], ', compressed reply'

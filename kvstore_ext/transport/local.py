@@ -7,7 +7,8 @@ so every codec's step runs without ps-lite.
 import numpy as np
 
 from .. import rounds
-from ..aggregate import decode_sum, reencode
+from ..aggregate import decode_sum
+from ..replies import reencode
 
 
 def _sum(key, chunk, request):

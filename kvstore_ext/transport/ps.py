@@ -34,7 +34,7 @@ import os
 
 import numpy as np
 
-from ..aggregate import FLOAT32_REPLY, reply_row
+from ..replies import FLOAT32_REPLY, reply_row
 from ..errors import VOID, PayloadError, status_message
 from ..ops import op
 from ..worker_exit import exit_on_uncaught_exception

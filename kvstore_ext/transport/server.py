@@ -29,13 +29,15 @@ making keys, which does not depend on the number of servers); one built with
 Server processes import this while ``mxnet`` is only partly imported: only explicit
 submodule imports here (no ``mx.nd``).
 """
+import importlib
 import logging
 import os
 
 import numpy as np
 from mxnet.optimizer import Optimizer
 
-from ..aggregate import REPLY_WORDS, parse_reply_row, reencode
+from ..replies import REPLY_WORDS, parse_reply_row, reencode
+from .. import codec_list, py_decode
 from ..errors import VOID, PayloadError, status_message
 from ..wire import FP32
 
@@ -78,6 +80,8 @@ class ServerAggregator(Optimizer):
         self.num_workers = int(num_workers)
         self.restore = restore       # directory of saved server residuals, or None
         self.command = command       # ('save', directory) or None
+        # the modules of codecs decoded in NumPy (codec_list.py): imported at the server
+        self.codec_modules = codec_list.python_decoded_modules()
         self._all_rows = {}      # key shape -> row_sparse ones on every row (_store)
         self._replies = {}       # key -> _GatherKey
         self._statuses = {}      # key -> statuses of its last round, read at the next
@@ -86,6 +90,8 @@ class ServerAggregator(Optimizer):
         """Unpickled at a server: take over the running aggregator's keys, then run
         the command this one carries."""
         self.__dict__.update(state)
+        for module in self.__dict__.get('codec_modules', ()):
+            importlib.import_module(module)
         if _RUNNING:
             running = _RUNNING[0]
             for name in ('_all_rows', '_replies', '_statuses'):
@@ -226,6 +232,10 @@ class ServerAggregator(Optimizer):
         width = grad.shape[1]
         slots = op('kvx_rows_dense')(grad, size=slot_rows * self.num_workers * width)
         slots = slots.reshape((self.num_workers, -1))
+        if py_decode.wanted(slots):
+            total, status = py_decode.decode_slots(slots.asnumpy(), capacity)
+            out[:] = total
+            return ndarray.array(status, dtype=np.float32)
         status = ndarray.empty((self.num_workers,), dtype=np.float32)
         op('kvx_decode_slots')(slots, size=capacity, out=[out, status])
         return status
