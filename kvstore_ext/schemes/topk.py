@@ -12,7 +12,8 @@ Per tensor, after the worker has summed its devices:
    the lower index; a chunk of a large tensor picks its own k of its own elements).
 4. **Payload.** Each sent element is its index (an exact float32 integer, two words
    above 2**24 elements) and its float32 value: 64 bits an element, so the push is
-   about ``1 / (2 * ratio)`` times smaller than float32 (50x at the default 0.01).
+   about ``1 / (2 * ratio)`` times smaller than float32 (25x at the
+   default 0.02; why 0.02: docs/decisions/topk-ratio.md).
 5. **Residual update.** Sent elements leave the residual (zero-filled); the others
    keep ``acc``.
 6. **Aggregation** (server-decode mode): the servers decode every worker's payload
@@ -44,7 +45,7 @@ from ..params import Param
 class TopK(Scheme):
     name = 'topk'
     PARAMS = {
-        'ratio': Param('float', 0.01, 'fraction of elements sent per tensor (k = '
+        'ratio': Param('float', 0.02, 'fraction of elements sent per tensor (k = '
                        'ceil(ratio * n)); the push ratio is about 1 / (2 ratio): raise it '
                        'if accuracy lags', low=0, low_open=True, high=1, rank='tune'),
         'warmup_steps': Param('int', 0, "DGC's sparsity warm-up: over the first this many "
