@@ -121,6 +121,10 @@ class StateMemory:
         return [ChunkState(c.view(residual) if residual is not None else None, arrays,
                            '%d.' % i) for i, c in enumerate(chunks)]
 
+    def arrays_of(self, key):
+        """{state name: NDArray} of ``key`` (the store's own arrays: copy to keep)."""
+        return dict(self._arrays.get(key, {}))
+
     def state(self):
         """{file name: NDArray} of every key's state (restored keys not yet used too)."""
         return {'%s@%s' % (name, file_key(key)): array
