@@ -95,6 +95,15 @@ class Scheme:
         of the workers' parameters shows by name, fingerprint.py)."""
         return dict(COMMON_PARAMS, **self.PARAMS)
 
+    def exempt(self, shape, dtype):
+        """True if a tensor goes uncompressed by the rule every scheme with a
+        ``size_threshold`` shares: it is not float32 (the kernels encode float32), or
+        it has fewer than ``size_threshold`` elements (biases, norms: few bytes, and
+        the ones compression would hurt most). One rule, so that every scheme leaves
+        the same tensors alone and a comparison of schemes compares the same layers."""
+        size = int(np.prod(shape)) if len(shape) else 1
+        return np.dtype(dtype) != np.float32 or size < self.params['size_threshold']
+
     @staticmethod
     def uncompressed(shape, dtype):
         """Codec for tensors the scheme leaves alone: float32 pass-through."""

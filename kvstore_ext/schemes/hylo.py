@@ -278,9 +278,7 @@ class Hylo(Scheme):
         return p['conv_warmup_steps'] > 0 and 0 < done <= p['conv_warmup_steps']
 
     def codec_for(self, shape, dtype, step=0):
-        size = int(np.prod(shape)) if len(shape) else 1
-        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold'] or \
-                step < self.params['warmup_steps']:
+        if self.exempt(shape, dtype) or step < self.params['warmup_steps']:
             return self.uncompressed(shape, dtype)
         if self.params['compress_layers'] != 'all' and \
                 (len(shape) >= 3) != (self.params['compress_layers'] == 'conv'):
