@@ -1,15 +1,22 @@
 """The KVStore plugin: what Gluon's Trainer and MXNet's Module talk to as
 ``kvstore='dist_sync_<scheme>'``.
 
-One ``pushpull`` for one key:
+This module answers MXNet's calls (their arguments, checks, what ``pull`` returns);
+what a round does is in modules of their own. One ``pushpull`` for one key:
 
-1. sum the worker's devices (on CPU, where the kernels run);
-2. the scheme's policy picks the tensor's codec (at the first step, and again when
-   the scheme re-plans: ``Scheme.replans_at``), and the tensor is cut into chunks;
-3. each chunk's codec runs its step (``Codec.step``): it encodes ``grad + residual``
-   (C++ op; the residual is updated in place) and yields rounds (rounds.py), which
-   the transport exchanges, the chunks of a tensor in lockstep;
-4. the steps' float32 sums are assembled and written to every device's output.
+1. the scheme's policy picks the tensor's codec (at the first step, and again when
+   the scheme re-plans: ``Scheme.replans_at``), and the tensor is cut into chunks
+   (planning.py);
+2. the worker's devices are summed (on CPU, where the kernels run), each chunk's
+   codec runs its step (``Codec.step``): it encodes ``grad + residual`` (C++ op; the
+   residual is updated in place) and yields rounds (rounds.py), which the transport
+   exchanges, the chunks of a tensor in lockstep; the steps' float32 sums are
+   assembled and written to every device's output (stepping.py);
+3. a NaN or Inf in the gradient makes the step void on every worker, the state kept
+   (void_steps.py).
+
+``plan(key)`` and ``key_state(key)`` show what the store decided and holds for a key
+(inspection.py).
 
 A float32 tensor the scheme leaves uncompressed takes MXNet's own pushpull instead,
 chunk by chunk on views of the arrays (no payload to build, no copy), so such tensors
@@ -128,6 +135,14 @@ class CompressedKVStore(KVStoreBase):
     def follow_learning_rate(self, source):
         """The former name of ``follow`` (the same call)."""
         self._handover.follow(self, source, name='follow_learning_rate')
+
+    def attach(self, net):
+        """Let the scheme see ``net`` (a Gluon Block), before its first forward pass: a
+        scheme that compresses from what the layers compute hooks into them (dAD
+        captures its Dense layers: kvstore_ext/dad.py); the others ignore it, so a
+        script may call it whatever the kvstore type (``hasattr(kv, 'attach')``: MXNet's
+        own kvstores have no such call)."""
+        self._scheme.attach(net)
 
     def set_optimizer(self, optimizer):
         raise NotImplementedError(
@@ -336,6 +351,8 @@ class CompressedKVStore(KVStoreBase):
 
     def _known(self, key):
         try:
+            if type(key) is bool:       # True == 1: never a kvstore key (_check_key)
+                raise KeyError(key)
             return self._keys[key]
         except (KeyError, TypeError):
             known = sorted(map(repr, self._keys))

@@ -258,6 +258,30 @@ def test_factors_with_residual_match_reference():
 
 # ---- one process: the store ------------------------------------------------------------------
 
+def test_kv_attach_captures_the_dense_layers_for_dad_only():
+    """kv.attach(net), which the training scripts call whatever the kvstore type:
+    dist_sync_dad captures the network's Dense layers, so its first step sends their
+    rows; another scheme leaves the network as it is."""
+    net = dad_job.build_net()
+    net.initialize(mx.init.Xavier())
+    dense = [b for b in net if isinstance(b, nn.Dense)]
+    mx.kv.create('dist_sync_hylo').attach(net)
+    assert not any(l.block in dense for l in dad.layers())
+    kv = mx.kv.create('dist_sync_dad')
+    kv.set_gradient_compression({'size_threshold': 0})
+    kv.attach(net)
+    try:
+        assert sorted(dense.index(l.block) for l in dad.layers() if l.block in dense) == \
+            [0, 1, 2]
+        trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.05},
+                                kvstore=kv, update_on_kvstore=False)
+        run_net(net, [dad_job.batch(0, 0, 0)], [mx.cpu()])
+        trainer.step(dad_job.ROWS)
+        assert sum(d.startswith('dad') for d in kv.codec_plan().values()) == 2
+    finally:
+        dad.detach(net)
+
+
 def trainer_run(params, steps=3, hybrid=False, devices=2, seed=3):
     """Per step: {param name: (own gradient, what the kvstore returned)}, and the store."""
     kv = mx.kv.create('dist_sync_dad')

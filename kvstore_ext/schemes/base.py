@@ -64,6 +64,12 @@ class Scheme:
         the key is beyond its shape (dAD matches a key to the Dense layer whose weight
         gradient these arrays are) overrides it; by default nothing happens."""
 
+    def attach(self, net):
+        """``net``: the Gluon network being trained, given by ``kv.attach(net)`` before
+        its first forward pass. A scheme that compresses from what the layers compute
+        rather than from the gradient alone hooks into them here (dAD captures its
+        Dense layers' inputs and output gradients); by default nothing happens."""
+
     def observes(self, key, step, rank):
         """True if the scheme wants to see ``key``'s error-compensated gradient at
         ``step`` on the worker of ``rank`` (``observe``); the store forms it only then."""

@@ -156,6 +156,10 @@ class DAD(Scheme):
         self.fallback.learning_rate = read
 
     # -- which key is which layer ------------------------------------------------------
+    def attach(self, net):
+        """``kv.attach(net)``: capture the network's Dense layers (kvstore_ext/dad.py)."""
+        capture.attach(net)
+
     def bind(self, key, arrays):
         handles = {a.handle.value for a in arrays}
         for layer in capture.layers():
