@@ -73,10 +73,11 @@ def test_a_key_declared_but_not_stepped_has_no_plan_yet():
     assert state.steps == 0 and state.residual is None and state.arrays == {}
 
 
-@pytest.mark.parametrize('key', ['fc2_weight', 17])
+@pytest.mark.parametrize('key', ['fc2_weight', 17, '1', True])
 def test_unknown_key_raises_naming_it(key):
     kv = store('dist_sync_topk')
     kv.pushpull('fc', mx.nd.array(rand((300, 200), 1)))
+    kv.pushpull(1, mx.nd.array(rand((3,), 1)))
     for call in (kv.plan, kv.key_state):
         with pytest.raises(KeyError, match=repr(key)):
             call(key)
