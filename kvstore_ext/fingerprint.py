@@ -15,7 +15,7 @@ hold which value, before anything whose shape depends on the configuration is se
 
 How: one ``Sum`` round (rounds.py) of ``num_workers * WORDS`` float32 values, the same
 shape whatever the configuration, under a key no user key can be (a tuple, as
-``store._settle``'s). Worker ``r`` fills slot ``r`` and leaves the others zero, so the
+``planning.settle``'s). Worker ``r`` fills slot ``r`` and leaves the others zero, so the
 sum is every worker's slot side by side. Each word is a whole number below 2**24
 (exact in float32; the stock server sums floats only), or a parameter's value as a
 float32 (x + 0 = x, exact too) for the message: text is packed 3 bytes a word, and

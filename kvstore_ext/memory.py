@@ -36,7 +36,7 @@ class ChunkState:
     ``residual``: the chunk's view of the key's residual (None if its codec keeps
     none); ``get(name)`` / ``state[name] = array``: the arrays the codec declared, saved
     with checkpoints; ``last``: what the last step used, for inspection and tests (not
-    saved); ``void``: True for the scratch copy a void step runs on (store._void_step),
+    saved); ``void``: True for the scratch copy a void step runs on (void_steps.void_step),
     so a step that reads inputs of its own beyond the gradient (dAD's captured rows)
     can tell that its round is only made for its shape."""
 
@@ -120,6 +120,10 @@ class StateMemory:
                 del arrays[name]
         return [ChunkState(c.view(residual) if residual is not None else None, arrays,
                            '%d.' % i) for i, c in enumerate(chunks)]
+
+    def arrays_of(self, key):
+        """{state name: NDArray} of ``key`` (the store's own arrays: copy to keep)."""
+        return dict(self._arrays.get(key, {}))
 
     def state(self):
         """{file name: NDArray} of every key's state (restored keys not yet used too)."""

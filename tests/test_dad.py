@@ -258,6 +258,30 @@ def test_factors_with_residual_match_reference():
 
 # ---- one process: the store ------------------------------------------------------------------
 
+def test_kv_attach_captures_the_dense_layers_for_dad_only():
+    """kv.attach(net), which the training scripts call whatever the kvstore type:
+    dist_sync_dad captures the network's Dense layers, so its first step sends their
+    rows; another scheme leaves the network as it is."""
+    net = dad_job.build_net()
+    net.initialize(mx.init.Xavier())
+    dense = [b for b in net if isinstance(b, nn.Dense)]
+    mx.kv.create('dist_sync_hylo').attach(net)
+    assert not any(l.block in dense for l in dad.layers())
+    kv = mx.kv.create('dist_sync_dad')
+    kv.set_gradient_compression({'size_threshold': 0})
+    kv.attach(net)
+    try:
+        assert sorted(dense.index(l.block) for l in dad.layers() if l.block in dense) == \
+            [0, 1, 2]
+        trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.05},
+                                kvstore=kv, update_on_kvstore=False)
+        run_net(net, [dad_job.batch(0, 0, 0)], [mx.cpu()])
+        trainer.step(dad_job.ROWS)
+        assert sum(d.startswith('dad') for d in kv.codec_plan().values()) == 2
+    finally:
+        dad.detach(net)
+
+
 def trainer_run(params, steps=3, hybrid=False, devices=2, seed=3):
     """Per step: {param name: (own gradient, what the kvstore returned)}, and the store."""
     kv = mx.kv.create('dist_sync_dad')
@@ -359,7 +383,7 @@ def test_scheme_choices_and_fallback():
     assert sum(d.startswith('oneway') for d in kv.codec_plan().values()) == 2
     # error feedback: on by default for the rank methods, never for dad (exact)
     assert sum(d.endswith(', error feedback') for d in kv.codec_plan().values()) == 2
-    assert all(kv._keys[k].residual is not None for k, d in kv.codec_plan().items()
+    assert all(kv.key_state(k).residual is not None for k, d in kv.codec_plan().items()
                if d.startswith('oneway'))
     _, kv, _ = trainer_run({'method': 'oneway', 'size_threshold': 3072,
                             'error_feedback': 0}, steps=1)
@@ -579,7 +603,7 @@ def test_void_result_bytes_and_resume(tmp_path):
             assert np.isnan(outs[-1]).all()
         else:
             close(outs[-1], want, 1e-6)
-    codec = kv._keys[0].codec
+    codec = kv.plan(0).codec
     assert codec.describe() == 'dad 4 rows of 40 x 60'
     stats = kv.comm_stats()
     assert stats['push_bytes'] == 4 * 4 * codec.payload_words() == 4 * 4 * (8 + 4 * 100)
@@ -669,11 +693,11 @@ def test_error_feedback_matches_reference(method):
             close(got, sums[step], 1e-4)
             if step:                       # the residual is used: not rank-dAD's sum
                 assert np.abs(sums[step] - plain[step]).max() > 1e-2 * np.abs(plain[step]).max()
-        state = kv._keys[key]
-        assert len(state.chunks) == (3 if shape[0] == 64 else 1)
-        close(state.residual.asnumpy(), worker, 1e-4)
+        assert len(kv.plan(key).chunks) == (3 if shape[0] == 64 else 1)
+        held = kv.key_state(key).residual
+        close(held, worker, 1e-4)
         assert np.abs(worker).max() > 0.1 * np.abs(sums[-1]).max()
-        kept = state.residual.asnumpy().astype(np.float64)
+        kept = held.astype(np.float64)
         if method == 'rankdad':         # one worker: the servers' rank-3 factors of a
             # rank-3 sum leave rounding only (the 2- and 4-worker jobs leave more)
             err = np.abs(server_residual(kv, key).reshape(shape) - server).max()
@@ -697,7 +721,7 @@ def test_error_feedback_residual_changes_each_step():
         rows = [(a.asnumpy(), d.asnumpy()) for a, d in layer._pending]
         kv.pushpull(0, net.weight.grad())
         u, v, new = ref.rank_dad_ef(*_rows_of(rows), residual, 2, 1, tol=1e-3)
-        got = kv._keys[0].residual.asnumpy()
+        got = kv.key_state(0).residual
         close(got, new, 1e-5)
         assert np.abs(new - residual).max() > 0.1 * np.abs(new).max()
         residual = new
@@ -730,11 +754,11 @@ def test_error_feedback_checkpoint(tmp_path, method):
     a = _ef_store_run(kv, net, xs[2:])
     b = _ef_store_run(resumed, net, xs[2:])
     c = _ef_store_run(fresh, net, xs[2:])
-    assert len(kv._keys[0].chunks) == 3
+    assert len(kv.plan(0).chunks) == 3
     for x, y, z in zip(a, b, c):
         assert np.array_equal(x, y)
         assert not np.allclose(x, z, rtol=1e-3, atol=1e-6)
-    assert np.array_equal(kv._keys[0].residual.asnumpy(), resumed._keys[0].residual.asnumpy())
+    assert np.array_equal(kv.key_state(0).residual, resumed.key_state(0).residual)
     if method == 'rankdad':
         assert np.array_equal(server_residual(kv, 0), server_residual(resumed, 0))
 
@@ -766,8 +790,7 @@ def test_error_feedback_void_step(method, chunk_size, void_at):
         rows = _rows_of([(a.asnumpy(), d.asnumpy()) for a, d in layer._pending])
         kv.pushpull(0, net.weight.grad())
         outs.append(net.weight.grad().asnumpy())
-        state = kv._keys[0]
-        residuals.append((state.residual.asnumpy(), server_residual(kv, 0)))
+        residuals.append((kv.key_state(0).residual, server_residual(kv, 0)))
         if step == void_at or kv._transport.voiding:
             assert np.isnan(outs[-1]).all()
             if step:

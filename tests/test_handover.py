@@ -48,8 +48,8 @@ def trainer_steps(kv, optimizer_params, steps=1, net=None):
 
 
 def conv_codec(kv):
-    key = next(k for k, s in kv._keys.items() if len(s.shape) == 4)
-    return kv._keys[key].chunks[0].codec
+    key = next(k for k in kv.codec_plan() if kv.plan(k).layer == 'conv')
+    return kv.plan(key).chunks[0].codec
 
 
 def test_a_trainer_hands_over_without_a_call(caplog):

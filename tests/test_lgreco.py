@@ -49,18 +49,16 @@ def gradient(key, step):
 def residual_before(kv, key, shape):
     """The residual the store holds for ``key`` before its next step (zeros before
     its first, or if its codec keeps none)."""
-    state = kv._keys.get(key)
-    if state is None or state.residual is None:
-        return np.zeros(shape, f32)
-    return state.residual.asnumpy()
+    held = kv.key_state(key).residual if key in kv.codec_plan() else None
+    return np.zeros(shape, f32) if held is None else held
 
 
 def assert_nothing_lost(kv, sent, total):
     """Error feedback loses nothing across re-plans: what came back for each key plus
     the residual it holds is the sum of its gradients."""
     for key in total:
-        res = kv._keys[key].residual
-        held = res.asnumpy() if res is not None else 0
+        res = kv.key_state(key).residual
+        held = res if res is not None else 0
         np.testing.assert_allclose(sent[key] + held, total[key], rtol=1e-4, atol=1e-3)
 
 
@@ -107,8 +105,7 @@ def brute_force_choice(keys, table, defaults, buckets):
 
 def ranks_of(kv, key):
     """The rank of every chunk of a key (None: uncompressed)."""
-    state = kv._keys[key]
-    return {getattr(c.codec, 'rank', None) for c in state.chunks}
+    return {getattr(c.codec, 'rank', None) for c in kv.plan(key).chunks}
 
 
 def test_candidates_and_schedule():
@@ -140,11 +137,10 @@ def test_policy_picks_the_knapsack_ranks():
             sums = {}
         for key in SHAPES:
             grad = gradient(key, step)
-            state = kv._keys.get(key)
             before = residual_before(kv, key, SHAPES[key])
             if key != 'bias' and step % 4 >= 1:
                 sums[key] = sums.get(key, 0) + (grad + before).astype(np.float64)
-            old_rank = ranks_of(kv, key) if state is not None else None
+            old_rank = ranks_of(kv, key) if key in kv.codec_plan() else None
             if step and step % 4 == 0 and key == 'a':
                 # what fresh codecs of the chosen rank (no Q yet) do with this residual
                 fresh = PowerSGDCodec(SHAPES[key], want[key])
@@ -164,7 +160,7 @@ def test_policy_picks_the_knapsack_ranks():
             assert len(ranks) == 1                       # every chunk the same rank
             if step and step % 4 == 0:
                 assert ranks == {want[key]}, (step, key, ranks, want)
-                q_shapes = {s.get('Q').shape for s in kv._keys[key].chunk_states}
+                q_shapes = {arrays['Q'].shape for arrays in kv.key_state(key).chunks}
                 assert q_shapes == {(int(np.prod(SHAPES[key][1:])), want[key])}
                 if key == 'a' and ranks != old_rank:
                     changed += 1
@@ -173,7 +169,7 @@ def test_policy_picks_the_knapsack_ranks():
                 assert ranks == old_rank                 # no change between re-plans
         plans.append(kv.codec_plan())
         assert_nothing_lost(kv, sent, total)
-    assert plans[0]['a'] == 'powersgd rank 4 of 96 x 400' and len(kv._keys['a'].chunks) == 3
+    assert plans[0]['a'] == 'powersgd rank 4 of 96 x 400' and len(kv.plan('a').chunks) == 3
     assert [s for s, _ in scheme.history] == [4, 8, 12]
     assert changed >= 1                          # 'a' (nearly rank 2) left rank 4
     assert any(plans[4][k] != plans[0][k] for k in ('a', 'b', 'c'))

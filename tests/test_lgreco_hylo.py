@@ -88,7 +88,7 @@ def expected_choice(scheme, sums, shapes=SHAPES):
 def values_of(kv, key):
     """Each chunk's knob: k (conv), scale (FC), None (float32)."""
     return [getattr(c.codec, 'k', getattr(c.codec, 'scale', None))
-            for c in kv._keys[key].chunks]
+            for c in kv.plan(key).chunks]
 
 
 # -- candidates, defaults, errors -------------------------------------------------------
@@ -167,15 +167,14 @@ def test_momentum_correction_is_measured_on_the_velocity():
     want, plain = 0, 0
     for step in range(4):
         grad = gradient('a', step)
-        state = kv._keys.get('a')
         if step >= 1:       # the window: steps 1-3 before the re-plan at 4
-            velocity = np.concatenate([cs.get('velocity').asnumpy()
-                                       for cs in state.chunk_states])
+            velocity = np.concatenate([arrays['velocity']
+                                       for arrays in kv.key_state('a').chunks])
             before = residual_before(kv, 'a', SHAPES['a'])
             want = want + ((f32(0.9) * velocity + grad) + before).astype(np.float64)
             plain = plain + (grad + before).astype(np.float64)
         kv.pushpull('a', mx.nd.array(grad))
-    assert len(kv._keys['a'].chunks) == 2
+    assert len(kv.plan('a').chunks) == 2
     got = kv.scheme._sums['a']
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert np.abs(got - plain).max() > 0.1
@@ -197,11 +196,10 @@ def test_policy_picks_the_brute_force_choice(aggregation):
             sums = {}
         for key in SHAPES:
             grad = gradient(key, step)
-            state = kv._keys.get(key)
             before = residual_before(kv, key, SHAPES[key])
             if key != 'bias' and step % 4 >= 1:
                 sums[key] = sums.get(key, 0) + (grad + before).astype(np.float64)
-            old = values_of(kv, key) if state is not None else None
+            old = values_of(kv, key) if key in kv.codec_plan() else None
             value = mx.nd.array(grad)
             kv.pushpull(key, value)
             sent[key] = sent.get(key, 0) + value.asnumpy().astype(np.float64)
@@ -211,7 +209,7 @@ def test_policy_picks_the_brute_force_choice(aggregation):
                 continue
             codec = scheme.codec_with(SHAPES[key], f32, want[key]) if step >= 4 else None
             if step and step % 4 == 0:
-                assert kv._keys[key].codec.same_as(codec), (step, key, want)
+                assert kv.plan(key).codec.same_as(codec), (step, key, want)
             elif step:
                 assert values_of(kv, key) == old            # no change between re-plans
         plans.append(kv.codec_plan())
@@ -222,7 +220,7 @@ def test_policy_picks_the_brute_force_choice(aggregation):
     kinds = (AdditiveTopKCodec, AdditiveTernaryCodec) if aggregation == 'homomorphic' \
         else (FilterTopKCodec, TernaryCodec)
     assert all(isinstance(c.codec, kinds) for k in ('a', 'b', 'fc')
-               for c in kv._keys[k].chunks)
+               for c in kv.plan(k).chunks)
     assert scheme.state() == {'choice': {'s:' + k: v
                                          for k, v in scheme.history[-1][1].items()}}
 

@@ -51,7 +51,7 @@ class Rate:
 
 
 def velocity_of(kv):
-    return kv._memory._arrays['conv']['0.velocity'].asnumpy()
+    return kv.key_state('conv').arrays['0.velocity']
 
 
 @pytest.mark.parametrize('aggregation', ['server', 'homomorphic'])
@@ -74,8 +74,8 @@ def test_steps_follow_the_rate_as_the_reference(aggregation):
         np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(velocity_of(kv), velocity, rtol=1e-6, atol=1e-7)
         if aggregation == 'server':
-            np.testing.assert_array_equal(kv._keys['conv'].residual.asnumpy(), residual)
-    codec = kv._keys['conv'].chunks[0].codec
+            np.testing.assert_array_equal(kv.key_state('conv').residual, residual)
+    codec = kv.plan('conv').chunks[0].codec
     assert isinstance(codec, MomentumTopKCodec if aggregation == 'server'
                       else MomentumAdditiveTopKCodec)
     assert isinstance(codec.masking, HighRateMasking)
@@ -121,18 +121,18 @@ def test_lr_the_default_without_a_rate_masks_fully_and_says_so_and_off_never(cap
     kv = store()
     with caplog.at_level('WARNING', logger='kvstore_ext'):
         kv.pushpull('conv', mx.nd.array(grad(0)))
-    assert kv._keys['conv'].chunks[0].codec.masking is True
+    assert kv.plan('conv').chunks[0].codec.masking is True
     assert "does not follow the optimizer's learning rate" in caplog.text
     default = mx.kv.create('dist_sync_hylo')
     default.set_gradient_compression({k: v for k, v in PARAMS.items()
                                       if k != 'momentum_masking'})
     default.follow_learning_rate(lambda: 0.05)
     default.pushpull('conv', mx.nd.array(grad(0)))
-    assert isinstance(default._keys['conv'].chunks[0].codec.masking, HighRateMasking)
+    assert isinstance(default.plan('conv').chunks[0].codec.masking, HighRateMasking)
     off = store(momentum_masking='off')
     off.follow_learning_rate(lambda: 0.05)
     off.pushpull('conv', mx.nd.array(grad(0)))
-    assert off._keys['conv'].chunks[0].codec.masking is False
+    assert off.plan('conv').chunks[0].codec.masking is False
 
 
 def test_masking_on_is_removed_with_the_reason():
@@ -277,7 +277,7 @@ def test_dads_fallback_hylo_follows_the_rate():
     unrelated = mx.gluon.nn.Dense(3, in_units=2)
     kvstore_ext.dad.attach(unrelated)
     kv.pushpull('conv', mx.nd.array(grad(0)))
-    codec = kv._keys['conv'].chunks[0].codec
+    codec = kv.plan('conv').chunks[0].codec
     assert isinstance(codec, MomentumTopKCodec) and isinstance(codec.masking,
                                                                 HighRateMasking)
     assert kv.scheme.state() == {'lr_peak': 0.1}

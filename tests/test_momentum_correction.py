@@ -52,15 +52,15 @@ def test_server_steps_match_the_reference(chunk_size, masking):
             want, delivered, (residual,), (velocity,) = momentum_topk_step(
                 [g], [residual], [velocity], delivered, k, 0.9, masking == 'always')
             np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
-            np.testing.assert_array_equal(kv._keys['conv'].residual.asnumpy(), residual)
-            kept = kv._memory._arrays['conv']['0.velocity'].asnumpy()
+            np.testing.assert_array_equal(kv.key_state('conv').residual, residual)
+            kept = kv.key_state('conv').arrays['0.velocity']
             np.testing.assert_allclose(kept, velocity, rtol=1e-6, atol=1e-7)
-    codec = kv._keys['conv'].chunks[0].codec
+    codec = kv.plan('conv').chunks[0].codec
     assert isinstance(codec, MomentumTopKCodec) and codec.momentum == 0.9
     assert codec.masking == (masking == 'always')
     if chunk_size == 1024:      # 1,152 elements: 2 chunks of 8 filters, 2 sent each
-        assert len(kv._keys['conv'].chunks) == 2
-        assert [c.codec.k for c in kv._keys['conv'].chunks] == [2, 2]
+        assert len(kv.plan('conv').chunks) == 2
+        assert [c.codec.k for c in kv.plan('conv').chunks] == [2, 2]
 
 
 @pytest.mark.parametrize('masking', ['always', 'off'])
@@ -76,7 +76,7 @@ def test_what_factor_masking_costs_a_filter_sent_every_step(masking):
     for step in range(steps):
         g = steady + grad(step) * 0.01
         kv.pushpull('conv', mx.nd.array(g))
-    delivered = kv._memory._arrays['conv']['0.delivered'].asnumpy()[0]
+    delivered = kv.key_state('conv').arrays['0.delivered'][0]
     want = 1.0 if masking == 'always' else (1 - m ** steps) / (1 - m)
     np.testing.assert_allclose(delivered.mean(), want, rtol=0.05)
 
@@ -97,7 +97,7 @@ def check_sgd_on_output(kv, key, shape, reference, steps=6):
         kv.pushpull(key, out)
         sgd.update(0, with_momentum, out, state)
         _, delivered, (residual,), (velocity,) = reference(
-            kv._keys[key].chunks[0].codec, g, residual, velocity, delivered)
+            kv.plan(key).chunks[0].codec, g, residual, velocity, delivered)
         plain -= lr * delivered.reshape(-1)
         np.testing.assert_allclose(with_momentum.asnumpy().reshape(-1), plain, rtol=1e-5,
                                    atol=1e-6)
@@ -124,7 +124,7 @@ def test_homomorphic_steps_match_the_reference(agreement):
             np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
         else:       # agreed on the previous step's statistic: other filters, still sums up
             assert np.isfinite(out.asnumpy()).all()
-    assert isinstance(kv._keys['conv'].chunks[0].codec, MomentumAdditiveTopKCodec)
+    assert isinstance(kv.plan('conv').chunks[0].codec, MomentumAdditiveTopKCodec)
 
 
 # each layer kind's setting, its corrected codecs and the plain ones they extend
@@ -174,7 +174,7 @@ def test_off_by_default(mode, plain):
     kv = mx.kv.create('dist_sync_hylo')
     kv.set_gradient_compression(dict({'size_threshold': 100}, **mode))
     kv.pushpull('conv', mx.nd.array(grad(0)))
-    assert type(kv._keys['conv'].chunks[0].codec) is plain
+    assert type(kv.plan('conv').chunks[0].codec) is plain
     with pytest.raises(ValueError, match='momentum'):
         store(momentum=1.0)
     with pytest.raises(ValueError, match='momentum'):
@@ -193,19 +193,17 @@ def test_nan_step_keeps_velocity_and_residual(aggregation, layer, bad_value):
     key, shape, extra = LAYERS[layer]
     kv = store(aggregation=aggregation, **extra)
     kv.pushpull(key, mx.nd.array(grad(0, shape)))
-    state = kv._keys[key]
-    before = {n: a.asnumpy().copy() for n, a in kv._memory._arrays[key].items()}
+    before = kv.key_state(key).arrays
     bad = grad(1, shape)
     bad.reshape(-1)[7] = bad_value
     out = mx.nd.array(bad)
     kv.pushpull(key, out)
     assert np.isnan(out.asnumpy()).all()
-    kv._resolve_pending()   # server mode reads the encoder's status after the push
-    after = {n: a.asnumpy() for n, a in kv._memory._arrays[key].items()}
+    after = kv.key_state(key).arrays     # server mode: the encoder's status read first
     assert sorted(before) == sorted(after) and any('velocity' in n for n in after)
     for name in before:
         np.testing.assert_array_equal(before[name], after[name], err_msg=name)
-    assert state.residual is not None
+    assert kv.key_state(key).residual is not None
     # the next step continues as if the NaN step had not happened
     clean = store(aggregation=aggregation, **extra)
     clean.pushpull(key, mx.nd.array(grad(0, shape)))
@@ -224,7 +222,7 @@ def test_checkpoint_keeps_velocity_and_delivered(tmp_path, aggregation, layer):
         kv.pushpull(key, mx.nd.array(grad(step, shape)))
     path = str(tmp_path / 'state.kvx')
     kv.save_compression_state(path)
-    names = sorted(kv._memory._arrays[key])
+    names = sorted(kv.key_state(key).arrays)
     assert any('velocity' in n for n in names) and any('delivered' in n for n in names)
     resumed = store(aggregation=aggregation, **extra)
     resumed.load_compression_state(path)
@@ -264,21 +262,21 @@ def test_follow_hands_over_the_optimizers_momentum():
     assert followed('hylo', {}, mx.optimizer.SGD(momentum=0.0)) == {'momentum': 0.0}
 
 
-def reference_chunks(state):
+def reference_chunks(plan):
     """Per chunk of a key: [first element, codec, residual, velocity, S_prev], the
     spec's state (None before the first step)."""
     return [[c.start * c.codec.chunk_layout()[1], c.codec, None, None, None]
-            for c in state.chunks]
+            for c in plan.chunks]
 
 
 def push_fc(kv, step, shape, chunks):
     """One pushpull of key 'fc' with ``grad(step, shape)``: (gradient, out, the key's
-    state, the spec's chunks, made at the first step)."""
+    plan, the spec's chunks, made at the first step)."""
     g = grad(step, shape)
     out = mx.nd.array(g)
     kv.pushpull('fc', out)
-    state = kv._keys['fc']
-    return g, out, state, chunks or reference_chunks(state)
+    plan = kv.plan('fc')
+    return g, out, plan, chunks or reference_chunks(plan)
 
 
 def replay_chunks(g, chunks, reference):
@@ -335,11 +333,11 @@ def test_padding_index_masks_nothing(monkeypatch):
         g = grad(step, shape)
         out = mx.nd.array(g)
         kv.pushpull('fc', out)
-        kv_k = kv._keys['fc'].chunks[0].codec.k
+        kv_k = kv.plan('fc').chunks[0].codec.k
         want, delivered, (residual,), (velocity,) = momentum_element_topk_step(
             [g.reshape(-1)], [residual], [velocity], delivered, kv_k, 0.9)
         np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-6, atol=1e-7)
-        kept = kv._memory._arrays['fc']['0.velocity'].asnumpy().reshape(-1)
+        kept = kv.key_state('fc').arrays['0.velocity'].reshape(-1)
         np.testing.assert_allclose(kept, velocity, rtol=1e-6, atol=1e-7)
     assert (velocity == 0).sum() >= kv_k      # the masking did act
 
@@ -372,17 +370,17 @@ def test_adacomp_steps_match_the_reference(chunk_size, max_per_bin, masking):
         g, out, state, chunks = push_fc(kv, step, shape, chunks)
 
         def reference(i, codec, piece, residual, velocity, delivered):
-            sent = int(state.chunk_states[i].last['sent'].asscalar())
+            sent = int(kv.key_state('fc').last[i]['sent'].item())
             fill.add('full' if sent == codec.capacity else 'partly' if sent else 'empty')
             return momentum_adacomp_step([piece], [residual], [velocity], delivered,
                                          codec.bin, codec.capacity, 0.9, masking)
 
         want = replay_chunks(g, chunks, reference)
         for i, part in enumerate(chunks):
-            kept = kv._memory._arrays['fc']['%d.velocity' % i].asnumpy().reshape(-1)
+            kept = kv.key_state('fc').arrays['%d.velocity' % i].reshape(-1)
             np.testing.assert_allclose(kept, part[3], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-6, atol=1e-7)
-        residual = state.residual.asnumpy().reshape(-1)
+        residual = kv.key_state('fc').residual.reshape(-1)
         np.testing.assert_allclose(residual, np.concatenate([p[2] for p in chunks]),
                                    rtol=1e-6, atol=1e-7)
     assert all(isinstance(c.codec, MomentumAdaCompCodec) and c.codec.masking == masking
@@ -428,7 +426,7 @@ def test_adacomp_momentum_off_by_default():
     kv = mx.kv.create('dist_sync_adacomp')
     kv.set_gradient_compression({'size_threshold': 100})
     kv.pushpull('fc', mx.nd.array(grad(0, (48, 40))))
-    assert type(kv._keys['fc'].chunks[0].codec) is AdaCompCodec
+    assert type(kv.plan('fc').chunks[0].codec) is AdaCompCodec
     with pytest.raises(ValueError, match='momentum'):
         adacomp_store(momentum=1.0)
     with pytest.raises(ValueError, match='momentum'):
@@ -453,7 +451,7 @@ def test_fc_server_steps_match_the_reference(chunk_size):
                                                    delivered, 2.0, 0.9))
         np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-6, atol=1e-7)
         for i, part in enumerate(chunks):
-            kept = kv._memory._arrays['fc']['%d.velocity' % i].asnumpy().reshape(-1)
+            kept = kv.key_state('fc').arrays['%d.velocity' % i].reshape(-1)
             np.testing.assert_allclose(kept, part[3], rtol=1e-6, atol=1e-7)
     assert all(type(c.codec) is MomentumTernaryCodec for c in state.chunks)
     assert len(state.chunks) == (2 if chunk_size == 1024 else 1)

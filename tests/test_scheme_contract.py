@@ -35,7 +35,8 @@ def grad(key, step):
 
 def residuals(kv):
     """Every residual of the store, worker side and (one process) server side."""
-    out = {k: s.residual.asnumpy() for k, s in kv._keys.items() if s.residual is not None}
+    held = {k: kv.key_state(k).residual for k in kv.codec_plan()}
+    out = {k: res for k, res in held.items() if res is not None}
     for (key, _, _), res in getattr(kv._transport, '_server_residuals', {}).items():
         out[key] = out.get(key, 0) + res.asnumpy().reshape(SHAPES[key])
     return out
@@ -109,8 +110,8 @@ def test_bytes_match_the_codecs(name):
     kv = create(name)
     run(kv, range(2))
     pushed = pulled = first_round = 0
-    for key, state in kv._keys.items():
-        for chunk in state.chunks:
+    for key in kv.codec_plan():
+        for chunk in kv.plan(key).chunks:
             for _, kind, up, down in chunk.codec.wire_words(1):
                 pushed, pulled = pushed + 4 * up, pulled + 4 * down
             if getattr(chunk.codec, 'carries', False):    # the first step agrees by a round
@@ -144,7 +145,7 @@ def test_nan_voids_the_step_and_keeps_the_residual(name):
         g.reshape(-1)[-1] = np.nan
         value = mx.nd.array(g)
         kv.pushpull(key, value)
-        if kv._keys[key].codec.passthrough:   # float32 as it is: dist_sync's NaN + x
+        if kv.plan(key).codec.passthrough:   # float32 as it is: dist_sync's NaN + x
             assert np.isnan(value.asnumpy().reshape(-1)[-1])
         else:
             assert np.isnan(value.asnumpy()).all(), (name, key)
@@ -182,12 +183,12 @@ def test_a_void_result_spoils_no_state(name):
     kv._transport.voiding = False
     later = run(kv, range(2, 4))
     for key in SHAPES:
-        if not kv._keys[key].plain:
+        if kv.plan(key).mode != 'plain':
             assert np.isnan(voided[key][0]).all(), (name, key)
         assert all(np.isfinite(o).all() for o in later[key]), (name, key)
-    for key, arrays in kv._memory._arrays.items():
-        for state_name, array in arrays.items():
-            assert np.isfinite(array.asnumpy()).all(), (name, key, state_name)
+    for key in kv.codec_plan():
+        for state_name, array in kv.key_state(key).arrays.items():
+            assert np.isfinite(array).all(), (name, key, state_name)
 
 
 def test_chunks_cover_every_element(name):

@@ -223,6 +223,22 @@ def test_synthetic_imagenet_one_process(tmp_path):
     assert s['comm_stats']['push_bytes'] < s['comm_stats']['raw_bytes']
 
 
+def test_scripts_attach_the_network_for_dad_without_a_branch(tmp_path):
+    """Every script hands its network to the kvstore (``kv.attach``, which schemes that
+    do not need it ignore): dist_sync_dad then captures the Dense layers with no
+    scheme-specific line in any script, CIFAR's as MNIST's."""
+    for script, extra in ((MNIST, ['--model', 'mlp']),
+                          (CIFAR, ['--batch-size', '8', '--data-dir', str(tmp_path / 'no')])):
+        summary = tmp_path / (os.path.basename(script) + '.json')
+        ok(single(script, extra + ['--synthetic', '--kvstore', 'dist_sync_dad',
+                                   '--num-epochs', '1', '--num-batches', '2',
+                                   '--save-dir', '', '--summary-json', str(summary)]))
+        s = json.loads(summary.read_text())
+        assert s['epochs'][0]['steps'] == 2, s
+        if script == MNIST:     # fc1 784x512 and fc2 512x256 send their rows
+            assert sum(v.startswith('dad') for v in s['codec_plan'].values()) == 2, s
+
+
 def test_raw_bytes_count_deferred_parameters(tmp_path):
     """MXNet's own kvstores have no counters: the scripts count float32 gradients of
     every parameter, whose shapes Gluon's deferred init knows only after a forward."""

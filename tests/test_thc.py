@@ -480,9 +480,9 @@ def test_store_matches_reference(table):
             r[...] = new_res[0]
             chunk.view(expect)[...] = out
         assert same_bits(value.asnumpy(), expect), step
-        assert same_bits(kv._keys['w'].residual.asnumpy(), residual), step
-    for state in kv._keys['w'].chunk_states:
-        assert state.get('step').asscalar() == 4
+        assert same_bits(kv.key_state('w').residual, residual), step
+    for arrays in kv.key_state('w').chunks:
+        assert arrays['step'] == 4
     stats = kv.comm_stats()
     # one worker: 6 digits a word uniform (base 16), 4 with THC's table (base 31); chunks
     # of 1000 pad to 1024: 171 or 256 words, plus one norm word a chunk and step

@@ -208,7 +208,7 @@ def test_sparsity_warmup_decays_k_and_keeps_the_state(momentum):
         kv.pushpull('fc', out)
         fraction = start * (ratio / start) ** (step / n_steps) if step < n_steps else ratio
         ks.append(math.ceil(size * fraction - 1e-9))
-        assert kv._keys['fc'].codec.k == ks[-1], (step, kv.codec_plan())
+        assert kv.plan('fc').codec.k == ks[-1], (step, kv.codec_plan())
         got = out.asnumpy().reshape(-1)
         if momentum:
             want, delivered, (residual,), (velocity,) = momentum_element_topk_step(
@@ -218,6 +218,6 @@ def test_sparsity_warmup_decays_k_and_keeps_the_state(momentum):
             assert np.count_nonzero(got) == ks[-1]
             sent_total += got
             grad_total += g.reshape(-1)
-            held = kv._keys['fc'].residual.asnumpy().reshape(-1)
+            held = kv.key_state('fc').residual.reshape(-1)
             np.testing.assert_allclose(sent_total + held, grad_total, atol=1e-4)
     assert ks[0] == 750 and ks == sorted(ks, reverse=True) and ks[-3:] == [30] * 3

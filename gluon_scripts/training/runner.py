@@ -39,6 +39,10 @@ def run(args, name, check_data, make_data, make_net, classes=None, label_smoothi
         worker_batch = args.batch_size * len(ctxs)
         data = make_data(kv, worker_batch)
         net = make_net(ctxs)
+        if hasattr(kv, 'attach'):
+            # a scheme that compresses from what the layers compute hooks into them
+            # before the first forward pass (dist_sync_dad); the others ignore it
+            kv.attach(net)
         if args.mode == 'hybrid':
             net.hybridize(static_alloc=True, static_shape=True)
         trainer = make_trainer(net, kv, args, data.batches_per_epoch)

@@ -33,7 +33,6 @@ Per tensor, after the worker has summed its devices:
    ``S - m S_prev`` for the unchanged SGD optimizer. Unless set, it is the optimizer's
    (SGD's or NAG's), handed over at the store's first step (kvstore_ext/handover.py).
 """
-import numpy as np
 
 from .base import Scheme
 from ..codecs.adacomp import AdaCompCodec, MomentumAdaCompCodec
@@ -63,8 +62,7 @@ class AdaComp(Scheme):
     }
 
     def codec_for(self, shape, dtype, step=0):
-        size = int(np.prod(shape)) if len(shape) else 1
-        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+        if self.exempt(shape, dtype):
             return self.uncompressed(shape, dtype)
         bin_len = self.params['bin_conv'] if len(shape) >= 3 else self.params['bin_fc']
         if self.params['momentum'] > 0:

@@ -70,6 +70,12 @@ class Scheme:
         the key is beyond its shape (dAD matches a key to the Dense layer whose weight
         gradient these arrays are) overrides it; by default nothing happens."""
 
+    def attach(self, net):
+        """``net``: the Gluon network being trained, given by ``kv.attach(net)`` before
+        its first forward pass. A scheme that compresses from what the layers compute
+        rather than from the gradient alone hooks into them here (dAD captures its
+        Dense layers' inputs and output gradients); by default nothing happens."""
+
     def observes(self, key, step, rank):
         """True if the scheme wants to see ``key``'s error-compensated gradient at
         ``step`` on the worker of ``rank`` (``observe``); the store forms it only then."""
@@ -100,6 +106,15 @@ class Scheme:
         """{name: params.Param} declaring every entry of ``self.params`` (what a check
         of the workers' parameters shows by name, fingerprint.py)."""
         return dict(COMMON_PARAMS, **self.PARAMS)
+
+    def exempt(self, shape, dtype):
+        """True if a tensor goes uncompressed by the rule every scheme with a
+        ``size_threshold`` shares: it is not float32 (the kernels encode float32), or
+        it has fewer than ``size_threshold`` elements (biases, norms: few bytes, and
+        the ones compression would hurt most). One rule, so that every scheme leaves
+        the same tensors alone and a comparison of schemes compares the same layers."""
+        size = int(np.prod(shape)) if len(shape) else 1
+        return np.dtype(dtype) != np.float32 or size < self.params['size_threshold']
 
     @staticmethod
     def uncompressed(shape, dtype):

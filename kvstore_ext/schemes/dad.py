@@ -58,7 +58,6 @@ the training loss on every seed of both models (docs/schemes/dad.md). Between th
 rank-dAD methods ``'oneway'`` is the one to pick first: it adds only one approximation
 (each worker's), while ``'rankdad'`` approximates the sum once more.
 """
-import numpy as np
 
 from .base import Scheme
 from .. import chunking
@@ -166,6 +165,10 @@ class DAD(Scheme):
         self.fallback.learning_rate = read
 
     # -- which key is which layer ------------------------------------------------------
+    def attach(self, net):
+        """``kv.attach(net)``: capture the network's Dense layers (kvstore_ext/dad.py)."""
+        capture.attach(net)
+
     def bind(self, key, arrays):
         handles = {a.handle.value for a in arrays}
         for layer in capture.layers():
@@ -203,8 +206,8 @@ class DAD(Scheme):
     def dad_codec(self, layer, shape, dtype):
         """The key's OuterCodec, or None if it takes the fallback."""
         p = self.params
-        if layer is None or np.dtype(dtype) != np.float32 or len(shape) != 2 or \
-                shape[0] != layer.units or shape[0] * shape[1] < p['size_threshold']:
+        if layer is None or len(shape) != 2 or shape[0] != layer.units or \
+                self.exempt(shape, dtype):
             return None
         capacity = p['capacity']
         if p['method'] == 'dad' and not capacity:

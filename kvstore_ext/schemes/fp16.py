@@ -16,7 +16,6 @@ Per tensor, after the worker has summed its devices:
    sum, so both directions carry 2 bytes an element (2x smaller than float32). That
    last rounding is not fed back (docs/schemes/fp16.md).
 """
-import numpy as np
 
 from .base import Scheme
 from ..codecs import Float16Codec
@@ -32,7 +31,6 @@ class Float16(Scheme):
     }
 
     def codec_for(self, shape, dtype, step=0):
-        size = int(np.prod(shape)) if len(shape) else 1
-        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+        if self.exempt(shape, dtype):
             return self.uncompressed(shape, dtype)
         return Float16Codec(shape)

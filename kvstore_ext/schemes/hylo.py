@@ -215,9 +215,7 @@ class Hylo(Scheme):
         return step == self.params['warmup_steps'] > 0
 
     def codec_for(self, shape, dtype, step=0):
-        size = int(np.prod(shape)) if len(shape) else 1
-        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold'] or \
-                step < self.params['warmup_steps']:
+        if self.exempt(shape, dtype) or step < self.params['warmup_steps']:
             return self.uncompressed(shape, dtype)
         if len(shape) >= 3:
             k = self.conv_k(shape)

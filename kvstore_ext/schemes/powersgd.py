@@ -30,7 +30,6 @@ satisfactory; runs here are short (32 steps an epoch at 4 workers), with little 
 make up for a coarse approximation, so the top of that range. Rank 4 still sends 15-77x
 fewer floats than the compressed tensors of the bundled MNIST models hold.
 """
-import numpy as np
 
 from .base import Scheme
 from .. import chunking
@@ -61,9 +60,7 @@ class PowerSGD(Scheme):
 
     def codec_for(self, shape, dtype, step=0):
         p = self.params
-        size = int(np.prod(shape)) if len(shape) else 1
-        if np.dtype(dtype) != np.float32 or len(shape) < 2 or \
-                size < p['size_threshold'] or step < p['warmup_steps']:
+        if self.exempt(shape, dtype) or len(shape) < 2 or step < p['warmup_steps']:
             return self.uncompressed(shape, dtype)
         codec = PowerSGDCodec(shape, p['rank'], p['seed'])
         if not all(c.codec.compressible() for c in chunking.split(codec, p['chunk_size'])):

@@ -33,7 +33,6 @@ Bytes (both directions): 32 / D bits an element, D = the digits a float32 word h
 2 workers, 10.7 for 3 to 8, 16 for 9 to 16); plus ``num_workers`` words of the norm
 round per chunk.
 """
-import numpy as np
 
 from .base import Scheme
 from ..codecs.thc import TABLE_IDS, ThcCodec, check_table
@@ -84,8 +83,7 @@ class Thc(Scheme):
         return DEFAULT_CLAMP[self.params['table']] if given is None else given
 
     def codec_for(self, shape, dtype, step=0):
-        size = int(np.prod(shape)) if len(shape) else 1
-        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+        if self.exempt(shape, dtype):
             return self.uncompressed(shape, dtype)
         p = self.params
         return ThcCodec(shape, p['levels'], self.clamp(), p['seed'], p['block'], p['table'])

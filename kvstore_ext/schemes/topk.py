@@ -35,7 +35,6 @@ Per tensor, after the worker has summed its devices:
    ``(warmup_ratio - ratio) / ln(warmup_ratio / ratio)`` of the elements (7.4% for
    0.25 -> 0.01), 64 bits each, so keep N small against the run's length.
 """
-import numpy as np
 
 from .base import Scheme
 from ..codecs import ElementTopKCodec, MomentumElementTopKCodec
@@ -77,8 +76,7 @@ class TopK(Scheme):
         return 0 < step <= self.params['warmup_steps']
 
     def codec_for(self, shape, dtype, step=0):
-        size = int(np.prod(shape)) if len(shape) else 1
-        if np.dtype(dtype) != np.float32 or size < self.params['size_threshold']:
+        if self.exempt(shape, dtype):
             return self.uncompressed(shape, dtype)
         ratio = self.ratio_at(step)
         if self.params['momentum'] > 0:

@@ -71,13 +71,13 @@ def main():
                     for d, c in enumerate(ctxs)]
             kv.pushpull(key, vals)
             record['out/%s/%d' % (key, step)] = vals[1].asnumpy()
-            state = kv._keys[key]
+            state = kv.key_state(key)
             if state.residual is not None:
-                record['res/%s/%d' % (key, step)] = state.residual.asnumpy()
-            for i, chunk_state in enumerate(state.chunk_states):
-                agreed = chunk_state.last.get('agreed')
+                record['res/%s/%d' % (key, step)] = state.residual
+            for i, last in enumerate(state.last):
+                agreed = last.get('agreed')
                 if agreed is not None:          # what this step was encoded with
-                    record['agreed/%s/%d/%d' % (key, step, i)] = agreed.asnumpy()
+                    record['agreed/%s/%d/%d' % (key, step, i)] = agreed
         plans[step] = kv.codec_plan()
     np.savez(os.path.join(args.out, 'rank%d.npz' % kv.rank), **record)
     with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:

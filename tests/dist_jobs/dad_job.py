@@ -74,10 +74,9 @@ def main():
         for name, p in params:
             record['sum/%s/%d' % (name, step)] = p.list_grad()[1].asnumpy()
         for key, layer in getattr(kv.scheme, '_bound', {}).items():
-            residual = kv._keys[key].residual          # rank-dAD's error feedback
+            residual = kv.key_state(key).residual     # rank-dAD's error feedback
             if residual is not None:
-                record['residual/%s/%d' % (layer.block.weight.name, step)] = \
-                    residual.asnumpy()
+                record['residual/%s/%d' % (layer.block.weight.name, step)] = residual
         trainer.update(ROWS * CONTEXT_COUNT * kv.num_workers)
     np.savez(os.path.join(args.out, 'rank%d.npz' % kv.rank), **record)
     with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:

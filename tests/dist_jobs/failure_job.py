@@ -64,19 +64,21 @@ def main():
         grad = np.random.default_rng([kv.rank, step]).standard_normal(shape).astype(np.float32)
         codec_encode = None
         if args.mode == 'malformed' and kv.rank == 1 and step == 1:
-            state = kv._keys.get('w')
-            codec_encode = state.chunks[0].codec.encode
+            # fault injection: the store's own codec (kv.plan gives it, to read;
+            # here it is changed on purpose) sends a malformed payload once
+            codec = kv.plan('w').chunks[0].codec
+            codec_encode = codec.encode
 
             def corrupted(g, r, _encode=codec_encode):
                 payload = _encode(g, r)
                 payload[2] = 99.0          # unsupported version
                 return payload
-            state.chunks[0].codec.encode = corrupted
+            codec.encode = corrupted
         value = mx.nd.array(grad)
         kv.pushpull('w', value)
         out = value.asnumpy()
         if codec_encode is not None:
-            state.chunks[0].codec.encode = codec_encode
+            codec.encode = codec_encode
         if args.mode == 'malformed':
             if step == 1:
                 assert np.isnan(out).all(), out

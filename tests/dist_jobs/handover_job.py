@@ -31,11 +31,11 @@ def main():
             loss = net(x).square().mean()
         loss.backward()
         trainer.step(2 * kv.num_workers)
-    conv = next(k for k, s in kv._keys.items() if len(s.shape) == 4)
+    conv = next(k for k in kv.codec_plan() if kv.plan(k).layer == 'conv')
     with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:
         rate = kv.scheme.learning_rate
         json.dump({'params': kv.scheme.params, 'rate': rate() if rate else None,
-                   'conv_codec': type(kv._keys[conv].chunks[0].codec).__name__}, f)
+                   'conv_codec': type(kv.plan(conv).chunks[0].codec).__name__}, f)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,108 @@
+"""One step of a planned key: the worker's devices summed, the chunks' codec steps run
+through the transport, the sum written to every output.
+
+Why a module of its own: store.py answers MXNet's calls (arguments, checks, what a
+``pull`` returns); what a step does with a key's plan (planning.py) is one job, the
+same for ``pushpull`` and ``push``, and a NaN in the gradient hands it over to
+void_steps.py.
+"""
+import numpy as np
+
+from mxnet.context import cpu
+
+from . import chunking
+from .codecs.base import GatherCodec
+from .errors import NonFiniteGradientError
+from .rounds import drive
+from . import void_steps
+
+
+def copy_into(src, dst):
+    """``src.copyto(dst)`` unless they are the same array (e.g. broadcast in place)."""
+    if src.handle.value != dst.handle.value:
+        src.copyto(dst)
+
+
+def run(store, state, values, outs, step):
+    """Step ``step`` of the planned key ``state``: the sum over devices and workers of
+    ``values`` (one array per device) written into every one of ``outs``."""
+    if state.plain:
+        if state.flush is not None:
+            _flush_into(state, values[0])
+        pushed, pulled = store._transport.pushpull_plain(state.key, state.chunks,
+                                                         values, outs)
+        store._stats.record(state.key, state.raw_bytes, pushed, pulled)
+        return
+    grad = sum_devices(values)
+    if state.dtype != np.float32:
+        grad = grad.astype(np.float32)
+    if state.flush is not None:
+        grad = grad + state.flush.as_in_context(grad.context)
+        state.flush = None
+    scheme = store._scheme
+    if scheme.observes(state.key, step, store.rank):
+        parts = [c.codec.compressed_input(c.view(grad), cs)
+                 for c, cs in zip(state.chunks, state.chunk_states)]
+        scheme.observe(state.key, chunking.assemble(state.chunks, parts, grad.shape), step)
+    target = outs[0] if outs[0].dtype == np.float32 and outs[0].context == cpu() else None
+    summed, pushed, pulled = exchange_step(store, state, grad, step, target)
+    store._stats.record(state.key, state.raw_bytes, pushed, pulled)
+    if state.dtype != np.float32:
+        summed = summed.astype(state.dtype)
+    for o in outs:
+        copy_into(summed, o)
+
+
+def exchange_step(store, state, grad, step, target=None):
+    """Run the chunks' steps (their rounds through the transport): (the float32
+    sum over workers, written into ``target`` if given, bytes pushed, bytes
+    pulled). A non-finite gradient makes the step void (void_steps.py)."""
+    transport, num_workers, rank = store._transport, store.num_workers, store.rank
+    traffic = [0, 0]
+    # chunks whose step returns its Gather round's sum as it is: the transport
+    # writes the sum straight into the output's part (no assembling copy)
+    direct = (target is not None and len(state.chunks) > 1
+              and all(type(c.codec).step is GatherCodec.step for c in state.chunks))
+
+    def exchange(requests):
+        if direct:      # GatherCodec.step yields Gather rounds only
+            for index, request in requests:
+                request.out = state.chunks[index].view(target).reshape((-1,))
+        results, pushed, pulled = transport.exchange(state.key, requests)
+        traffic[0] += pushed
+        traffic[1] += pulled
+        return results
+
+    voided = False
+    if state.deferred and all(c.codec.deferrable(cs) for c, cs in
+                              zip(state.chunks, state.chunk_states)):
+        parts = void_steps.deferred_step(state, grad, step, exchange, num_workers, rank)
+    else:
+        try:
+            if state.check_whole is not None and (state.check_whole or step == 0):
+                void_steps.check_finite(state.key, grad)
+            steps = [c.codec.step(c.view(grad), cs, num_workers, rank)
+                     for c, cs in zip(state.chunks, state.chunk_states)]
+            parts = drive(steps, exchange)
+        except NonFiniteGradientError:
+            parts, voided = void_steps.void_step(state, exchange, num_workers, rank), True
+    if direct and not voided:
+        return target, traffic[0], traffic[1]
+    summed = chunking.assemble(state.chunks, parts, grad.shape, target)
+    return summed, traffic[0], traffic[1]
+
+
+def _flush_into(state, grad):
+    grad += state.flush.as_in_context(grad.context).astype(grad.dtype)
+    state.flush = None
+
+
+def sum_devices(values):
+    """The worker's devices summed on CPU: the one CPU array itself (encoders only
+    read it), or a fresh sum (inputs stay as they are)."""
+    if len(values) == 1 and values[0].context == cpu():
+        return values[0]
+    total = values[0].copyto(cpu())
+    for v in values[1:]:
+        total += v.as_in_context(cpu())
+    return total
