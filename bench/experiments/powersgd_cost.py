@@ -61,7 +61,7 @@ def step_times(kvstore, shapes, steps, warmup=5):
             'cpu_ms': 1e3 * float(np.median(cpu[warmup:])),
             'per_key_wall_ms': {k: 1e3 * float(np.median(v[warmup:]))
                                 for k, v in per_key.items()},
-            'codecs': {k: kv._keys[k].codec.describe() for k in shapes}}
+            'codecs': {k: kv.plan(k).codec.describe() for k in shapes}}
 
 
 ENGINES = ('ThreadedEnginePerDevice', 'NaiveEngine')

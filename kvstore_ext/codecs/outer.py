@@ -7,7 +7,7 @@ One step of one chunk (rows ``[start, start + rows)`` of the out x in weight):
    layer's captured rows ``A`` (k x in), ``D`` (k x out) (kvstore_ext/dad.py): the
    chunk at row 0 takes them, the layer's other chunks reuse them;
 2. NaN/Inf in the gradient or in any of the layer's rows: NonFiniteGradientError, so
-   the store voids the step (store._void_step, rounds.void), every worker's sum is NaN
+   the store voids the step (void_steps.void_step, rounds.void), every worker's sum is NaN
    and the step is skipped, as for every scheme, with the residual unchanged;
 3. ``check``: the gradient must be ``D^T A``: compared along a fixed +-1 probe vector
    (``g r`` against ``D^T (A r)``, one pass over the gradient); a mismatch (rows of a
@@ -191,14 +191,14 @@ class OuterCodec(GatherCodec):
         self.layer.wait()
         taken = self.layer.rows_for_step(self.start)
         if taken is None or state.void:
-            # state.void: the store's run for a void step (store._void_step), only to
+            # state.void: the store's run for a void step (void_steps.void_step), only to
             # make this worker's round; rows the store's own NaN check left untaken
             # belong to the voided step and are dropped here
             a = np.zeros((0, self.cols), np.float32)
             d = np.zeros((0, self.rows), np.float32)
         else:
             a, d = taken[0], taken[1][:, self.start:self.start + self.rows]
-        # 2. NaN/Inf: the store makes the step void (store._void_step), as for every
+        # 2. NaN/Inf: the store makes the step void (void_steps.void_step), as for every
         # codec; all of the layer's rows are checked, so the first chunk raises if any
         # would, before a chunk's round
         if not state.void:
