@@ -34,7 +34,7 @@ Per tensor, after the worker has summed its devices:
    (SGD's or NAG's), handed over at the store's first step (kvstore_ext/handover.py).
 """
 
-from .base import Scheme
+from .base import Scheme, SIZE_THRESHOLD
 from ..codecs.adacomp import AdaCompCodec, MomentumAdaCompCodec
 from ..params import Param
 
@@ -51,9 +51,7 @@ class AdaComp(Scheme):
                         'qualifies at least; shorter bins send more', low=1, rank='tune'),
         'bin_conv': Param('int', 50, 'bin length for conv tensors (3-D and more)', low=1,
                           rank='tune'),
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
-                                '(biases, small layers); the same default in every scheme, so '
-                                'that all compress the same tensors', low=0, rank='leave'),
+        'size_threshold': SIZE_THRESHOLD,
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
                           'correction: the velocity is encoded in the gradient\'s place; '
                           "unless set, the optimizer's, handed over (handover.py): set it "

@@ -13,6 +13,12 @@ COMMON_PARAMS = {
                         low=1024, rank='leave'),
 }
 
+# The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
+# everywhere, so that a comparison of schemes compresses the same tensors.
+SIZE_THRESHOLD = Param('int', 32768, 'tensors with fewer elements go uncompressed (biases, '
+                       'small layers); the same default in every scheme, so that all '
+                       'compress the same tensors', low=0, rank='leave')
+
 
 class Scheme:
     """Subclasses set ``name`` (the kvstore type becomes ``dist_sync_<name>``),

@@ -17,7 +17,7 @@ Per tensor, after the worker has summed its devices:
    last rounding is not fed back (docs/schemes/fp16.md).
 """
 
-from .base import Scheme
+from .base import Scheme, SIZE_THRESHOLD
 from ..codecs import Float16Codec
 from ..params import Param
 
@@ -25,9 +25,7 @@ from ..params import Param
 class Float16(Scheme):
     name = 'fp16'
     PARAMS = {
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
-                                '(biases, small layers); the same default in every scheme, so '
-                                'that all compress the same tensors', low=0, rank='leave'),
+        'size_threshold': SIZE_THRESHOLD,
     }
 
     def codec_for(self, shape, dtype, step=0):

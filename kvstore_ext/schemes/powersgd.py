@@ -31,7 +31,7 @@ make up for a coarse approximation, so the top of that range. Rank 4 still sends
 fewer floats than the compressed tensors of the bundled MNIST models hold.
 """
 
-from .base import Scheme
+from .base import Scheme, SIZE_THRESHOLD
 from .. import chunking
 from ..codecs.powersgd import PowerSGDCodec
 from ..params import Param
@@ -48,9 +48,7 @@ class PowerSGD(Scheme):
                               'tensor go float32 (dense warm-up), then the key is '
                               're-planned; PyTorch suggests 10% of training', low=0,
                               rank='tune'),
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
-                                '(biases, small layers); the same default in every scheme, so '
-                                'that all compress the same tensors', low=0, rank='leave'),
+        'size_threshold': SIZE_THRESHOLD,
         'seed': Param('int', 0, 'seed of the initial Q (the same on every worker)', low=0,
                       rank='leave'),
     }

@@ -34,7 +34,7 @@ Bytes (both directions): 32 / D bits an element, D = the digits a float32 word h
 round per chunk.
 """
 
-from .base import Scheme
+from .base import Scheme, SIZE_THRESHOLD
 from ..codecs.thc import TABLE_IDS, ThcCodec, check_table
 from ..params import Param
 
@@ -60,9 +60,7 @@ class Thc(Scheme):
                        "on [-T, T]) or 'thc' (THC's non-uniform table: 16 entries on a grid "
                        'of 30, sent as grid integers: no accuracy gain measured, 33% more '
                        'bytes at 4 workers)', choices=tuple(TABLE_IDS), rank='expert'),
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
-                                '(biases, small layers); the same default in every scheme, so '
-                                'that all compress the same tensors', low=0, rank='leave'),
+        'size_threshold': SIZE_THRESHOLD,
         'seed': Param('int', 0, 'seed of the shared Hadamard signs and of the workers\' '
                       'dither (with the step count and the rank)', low=0, high=2 ** 31 - 1,
                       rank='leave'),

@@ -36,7 +36,7 @@ Per tensor, after the worker has summed its devices:
    0.25 -> 0.01), 64 bits each, so keep N small against the run's length.
 """
 
-from .base import Scheme
+from .base import Scheme, SIZE_THRESHOLD
 from ..codecs import ElementTopKCodec, MomentumElementTopKCodec
 from ..params import Param
 
@@ -53,9 +53,7 @@ class TopK(Scheme):
                               'against the run', low=0, rank='tune'),
         'warmup_ratio': Param('float', 0.25, 'fraction sent at the first step of the '
                               'sparsity warm-up', low=0, low_open=True, high=1, rank='leave'),
-        'size_threshold': Param('int', 32768, 'tensors with fewer elements go uncompressed '
-                                '(biases, small layers); the same default in every scheme, so '
-                                'that all compress the same tensors', low=0, rank='leave'),
+        'size_threshold': SIZE_THRESHOLD,
         'momentum': Param('float', 0.0, "the SGD optimizer's momentum, for DGC's momentum "
                           "correction; unless set, the optimizer's, handed over "
                           '(handover.py): set it only for a loop without a Trainer or '
