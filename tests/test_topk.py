@@ -160,11 +160,13 @@ def test_codec_k_and_describe():
     from kvstore_ext.schemes import TopK
     scheme = TopK()
     conv = scheme.codec_for((64, 32, 5, 5), np.float32)
-    assert isinstance(conv, ElementTopKCodec) and conv.k == 512
-    assert conv.payload_words() == 8 + 2 * 512
+    # k = ceil(ratio * n) at the default ratio 0.02 (docs/decisions/topk-ratio.md)
+    assert scheme.params['ratio'] == 0.02
+    assert isinstance(conv, ElementTopKCodec) and conv.k == 1024
+    assert conv.payload_words() == 8 + 2 * 1024
     assert scheme.codec_for((100,), np.float32).passthrough
     assert scheme.codec_for((64, 32, 5, 5), np.float16).passthrough
-    assert conv.chunk(0, 1001).k == 11
+    assert conv.chunk(0, 1001).k == 21                   # ceil(0.02 * 1001)
     assert TopK(ratio=1.0, size_threshold=0).codec_for((7,), np.float32).k == 7
     assert TopK(ratio=1e-9, size_threshold=0).codec_for((7,), np.float32).k == 1
     for bad in (0, -0.1, 1.5):
