@@ -118,6 +118,7 @@ class AdditiveTernaryCodec(AgreedCodec):
 class AdditiveTopKCodec(AgreedCodec):
     name = 'topk-additive'
     chunk_by_rows = True
+    reports_sent = True
 
     def __init__(self, shape, k, agreement='previous'):
         super().__init__(shape, agreement)
@@ -143,6 +144,16 @@ class AdditiveTopKCodec(AgreedCodec):
         order = np.lexsort((np.arange(scores.size), -scores))
         from mxnet import ndarray
         return ndarray.array(np.sort(order[:self.k]), dtype=np.float32)
+
+    def step_sent(self, grad, state, num_workers, rank):
+        """The agreed filters were sent (none after a void agreement round)."""
+        state.last.pop('agreed', None)
+        total = yield from self.step(grad, state, num_workers, rank)
+        agreed = state.last.get('agreed')
+        if agreed is None:      # a void agreement round: nothing was gathered
+            from mxnet import ndarray
+            return total, ndarray.zeros((0,), dtype=np.float32)
+        return total, self.settle(agreed, num_workers)
 
     def encode_sum(self, grad, residual, num_workers, settled):
         values, status = op('kvx_topk_gather')(grad, residual, settled)
