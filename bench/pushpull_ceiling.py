@@ -88,7 +88,7 @@ def main(argv=None):
         words = wire.ternary_payload_words(n)
         encode, decode_slots = op('kvx_ternary_encode'), op('kvx_decode_slots')
         rule = dict(scale=defaults['fc_scale'], threshold=0.0,
-                    value_rule=VALUE_RULES.index(defaults['fc_value']))
+                    value_rule=VALUE_RULES[defaults['fc_value']])
         slots = encode(flat, residual, **rule)[0].reshape((1, words))
         # encode: read grad + residual, write residual + payload; decode: read the
         # payload, write the sum

@@ -111,31 +111,6 @@ KVX_HOT double acc_abs_sum(const float* grad, const float* residual, int64_t n) 
   return numpy_sum(term, 0, n);
 }
 
-KVX_HOT void acc_sum_above(const float* grad, const float* residual, int64_t n, float t,
-                           double* sum, int64_t* count) {
-  double total = 0.0;
-  int64_t selected = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(grad[i] + residual[i]);
-    if (a >= t) {
-      total += a;
-      ++selected;
-    }
-  }
-  *sum = total;
-  *count = selected;
-}
-
-KVX_HOT void acc_abs_stats(const float* grad, const float* residual, int64_t n, double scale,
-                           double stats[3]) {
-  stats[0] = acc_abs_sum(grad, residual, n);
-  const float t = static_cast<float>(stats[0]) *
-                  static_cast<float>(scale / static_cast<double>(n > 0 ? n : 1));
-  int64_t count = 0;
-  acc_sum_above(grad, residual, n, t, &stats[1], &count);
-  stats[2] = static_cast<double>(count);
-}
-
 // Finite non-negative floats order as their bit patterns: an integer max reduction,
 // which vectorises where a float one (NaN rules) does not.
 KVX_HOT float acc_abs_max(const float* grad, const float* residual, int64_t n) {

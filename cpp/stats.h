@@ -16,16 +16,6 @@ bool acc_all_finite(const float* grad, const float* residual, int64_t n);
 // that it equals np.abs(acc.astype(np.float64)).sum() exactly.  Non-finite iff some
 // acc element is non-finite.
 double acc_abs_sum(const float* grad, const float* residual, int64_t n);
-// The float64 sum and the count of |grad + residual| >= t, in index order.
-void acc_sum_above(const float* grad, const float* residual, int64_t n, float t,
-                   double* sum, int64_t* count);
-// The three words one worker adds to the homomorphic 'mean' agreement, in one pass more
-// than acc_abs_sum and no temporary: stats[0] = acc_abs_sum, stats[1] and stats[2] = the
-// float64 sum and the count of |acc| >= t_w, t_w = float32(stats[0]) * float32(scale / n)
-// (the threshold this worker would pick alone).  stats[1] sums in index order, not
-// NumPy's; the agreement needs the same sum on every worker, which the server's sum is.
-void acc_abs_stats(const float* grad, const float* residual, int64_t n, double scale,
-                   double stats[3]);
 // t = float32(scale * (abs_sum / n)), the spec's adaptive threshold.
 float adaptive_threshold(double abs_sum, int64_t n, double scale);
 // max |grad + residual| (0 for n == 0), exact; NaN if some element of grad + residual

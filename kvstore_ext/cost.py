@@ -22,7 +22,8 @@ import numpy as np
 from . import chunking
 from .codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterTopKCodec,
                      TernaryCodec)
-from .codecs.momentum import MomentumCorrection
+from .codecs.base import innermost
+from .codecs.momentum import MomentumCorrected
 from .transport.ps import KeyNumbers, gather_key_work, gather_wire_bytes, sum_key_work
 
 KERNELS_SOURCE = 'bench/results/kernels.json'
@@ -134,7 +135,8 @@ def kernels_of(codec):
     timed as an add of one array into another."""
     if codec.passthrough:
         return (), (), ()
-    velocity = ('fp32_decode_add',) if isinstance(codec, MomentumCorrection) else ()
+    velocity = ('fp32_decode_add',) if isinstance(codec, MomentumCorrected) else ()
+    codec = innermost(codec)
     if isinstance(codec, AdditiveTopKCodec):
         return velocity + ('filter_scores F=4608', 'topk_gather F=4608 5%',
                            'topk_scatter F=4608 5%'), (), ()
@@ -182,8 +184,13 @@ class KernelSpeeds:
 
 
 def signature(codec):
-    """What a codec's measurement is filed under: its class and shape."""
-    return '%s%s' % (type(codec).__name__, tuple(codec.shape))
+    """What a codec's measurement is filed under: its class (with its wrappers' names)
+    and shape."""
+    names = []
+    while codec is not innermost(codec):
+        names.append(type(codec).__name__)
+        codec = codec.inner
+    return '%s%s' % ('/'.join(names + [type(codec).__name__]), tuple(codec.shape))
 
 
 class MeasuredSpeeds:

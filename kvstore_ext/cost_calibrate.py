@@ -34,6 +34,7 @@ def calibrate(variants, shapes, repeats=3, chunk_size=1 << 20):
     import mxnet as mx
     from .aggregate import decode_sum
     from .codecs import GatherCodec
+    from .codecs.base import innermost
     measured = {}
     rng = np.random.default_rng(0)
     grads = {k: mx.nd.array(rng.standard_normal(s).astype(np.float32) * 0.01)
@@ -62,7 +63,7 @@ def calibrate(variants, shapes, repeats=3, chunk_size=1 << 20):
             for chunk in chunks:
                 share = chunk.codec.size / codec.size
                 slot = 0.0
-                if isinstance(chunk.codec, GatherCodec):
+                if isinstance(innermost(chunk.codec), GatherCodec):
                     payload = chunk.codec.encode(chunk.view(grads[key]).copy(),
                                                  mx.nd.zeros(chunk.codec.shape))
                     payload.wait_to_read()

@@ -115,5 +115,5 @@ def plan(store, state, step):
                       and len(codec.wire_words(num_workers)) == 1)
     state.chunk_states = memory.chunk_states(
         state.key, state.chunks, state.residual,
-        keep=previous is None or type(previous) is type(codec),
+        keep=previous is None or previous.kind() == codec.kind(),
         restored=previous is None and store._restored)

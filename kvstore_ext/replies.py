@@ -8,8 +8,8 @@ does), so what one reply leaves out goes with the next.
 
 The request travels as a reply row of float32 words that the key carries with it:
 [REPLY_MAGIC, codec id, n % 2**24, n // 2**24, a, b, c] (the codec's parameters:
-top-k: k, filter size, 0; ternary: scale, fixed threshold, 1 if the value sent is the
-mean of the selected; outer products (rank-dAD's 'rankdad'): rank, rows of the
+top-k: k, filter size, 0; ternary: scale, fixed threshold, the value rule (0: a code
+stands for t, 2: for 2t; any other is refused by the encoder); outer products (rank-dAD's 'rankdad'): rank, rows of the
 weight, power iterations, negative with error feedback). Codec id 1 (float32) is
 the plain reply: the float32 sum. Any other id is a codec of the codec list
 (codec_list.py) whose class has a ``server_reencode``.

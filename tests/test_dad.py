@@ -400,16 +400,17 @@ def test_fallback_follows_the_workers():
     """The store tells dad its workers; the Hylo fallback's worker-count rules ('auto'
     agreement and momentum correction) follow them, so that a fallback key at 8 workers
     plans what dist_sync_hylo plans there."""
-    from kvstore_ext.codecs import MomentumAdditiveTopKCodec
+    from kvstore_ext.codecs import AdditiveTopKCodec, MomentumCorrected
     scheme = kvstore_ext.SCHEMES['dad'](**{'fallback.aggregation': 'homomorphic',
                                            'fallback.momentum': 0.9,
                                            'fallback.size_threshold': 100})
     conv = (16, 8, 3, 3)
-    assert not isinstance(scheme.codec_for(conv, f32), MomentumAdditiveTopKCodec)
+    assert type(scheme.codec_for(conv, f32)) is AdditiveTopKCodec
     scheme.num_workers = 8
     assert scheme.num_workers == scheme.fallback.num_workers == 8
     codec = scheme.codec_for(conv, f32)
-    assert isinstance(codec, MomentumAdditiveTopKCodec) and codec.agreement == 'round'
+    assert isinstance(codec, MomentumCorrected) and type(codec.inner) is AdditiveTopKCodec
+    assert codec.agreement == 'round'
 
 
 def test_checkpoint_restores_fallback_params(tmp_path):

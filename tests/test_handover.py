@@ -19,7 +19,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 import kvstore_ext
-from kvstore_ext.codecs import MomentumAdditiveTopKCodec
+from kvstore_ext.codecs import AdditiveTopKCodec, MomentumCorrected
 
 CONV = (64, 32, 5, 5)       # 51,200 weights: Hylo's conv top-k
 # momentum_correction='on': 'auto' corrects from 8 workers, this store has one
@@ -58,7 +58,8 @@ def test_a_trainer_hands_over_without_a_call(caplog):
     with caplog.at_level(logging.WARNING, logger='kvstore_ext'):
         trainer = trainer_steps(kv, {'learning_rate': 0.05, 'momentum': 0.9})
     assert kv.scheme.params['momentum'] == 0.9
-    assert isinstance(conv_codec(kv), MomentumAdditiveTopKCodec)    # planned with it
+    codec = conv_codec(kv)                                      # planned with it
+    assert isinstance(codec, MomentumCorrected) and type(codec.inner) is AdditiveTopKCodec
     assert kv.scheme.learning_rate() == 0.05
     trainer.set_learning_rate(0.01)                                  # a schedule moves it
     assert kv.scheme.learning_rate() == 0.01
@@ -171,4 +172,4 @@ def test_two_workers_hand_over_alike(tmp_path, job_env):
     assert ranks[0]['params'] == ranks[1]['params']
     for got in ranks:
         assert got['params']['momentum'] == 0.9 and got['rate'] == 0.05
-        assert got['conv_codec'] == 'MomentumAdditiveTopKCodec'
+        assert got['conv_codec'] == 'MomentumCorrected(AdditiveTopKCodec)'

@@ -57,7 +57,7 @@ def own_error(codec, part):
     x = part.reshape(-1)
     t = codec.scale * np.abs(x).mean()
     mask = np.abs(x) >= t
-    v = {'mean': np.abs(x[mask]).mean() if mask.any() else t, 'round': 2 * t}.get(codec.value, t)
+    v = 2 * t if codec.value == 'round' else t
     return float(np.linalg.norm(x - np.sign(x) * v * mask))
 
 

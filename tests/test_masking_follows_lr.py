@@ -14,7 +14,8 @@ import pytest
 import mxnet as mx
 
 from kvx_ref.momentum import momentum_topk_step
-from kvstore_ext.codecs import HighRateMasking, MomentumAdditiveTopKCodec, MomentumTopKCodec
+from kvstore_ext.codecs import (AdditiveTopKCodec, FilterTopKCodec, HighRateMasking,
+                                MomentumCorrected)
 
 SHAPE = (16, 8, 3, 3)
 K = 4
@@ -76,8 +77,9 @@ def test_steps_follow_the_rate_as_the_reference(aggregation):
         if aggregation == 'server':
             np.testing.assert_array_equal(kv.key_state('conv').residual, residual)
     codec = kv.plan('conv').chunks[0].codec
-    assert isinstance(codec, MomentumTopKCodec if aggregation == 'server'
-                      else MomentumAdditiveTopKCodec)
+    assert isinstance(codec, MomentumCorrected)
+    assert type(codec.inner) is (FilterTopKCodec if aggregation == 'server'
+                                 else AdditiveTopKCodec)
     assert isinstance(codec.masking, HighRateMasking)
     assert codec.describe().endswith('masking follows the learning rate')
 
@@ -278,6 +280,7 @@ def test_dads_fallback_hylo_follows_the_rate():
     kvstore_ext.dad.attach(unrelated)
     kv.pushpull('conv', mx.nd.array(grad(0)))
     codec = kv.plan('conv').chunks[0].codec
-    assert isinstance(codec, MomentumTopKCodec) and isinstance(codec.masking,
+    assert isinstance(codec, MomentumCorrected) and isinstance(codec.masking,
                                                                 HighRateMasking)
+    assert type(codec.inner) is FilterTopKCodec
     assert kv.scheme.state() == {'lr_peak': 0.1}

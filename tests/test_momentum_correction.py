@@ -1,4 +1,5 @@
-"""DGC's momentum correction (``momentum`` > 0, codecs/momentum.py): Hylo's conv top-k,
+"""DGC's momentum correction (``momentum`` > 0, codecs/momentum.py, a wrapper over the
+codec: ``MomentumCorrected``): Hylo's conv top-k,
 Hylo's FC ternary (the velocity coded, never masked), dist_sync_topk's element top-k
 and dist_sync_adacomp (codecs/adacomp.py)
 against its NumPy spec (python/kvx_ref/momentum.py), in one process; and the claim the
@@ -9,10 +10,15 @@ import pytest
 import mxnet as mx
 
 from kvx_ref.momentum import momentum_topk_step
-from kvstore_ext.codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterTopKCodec,
-                                MomentumAdditiveTernaryCodec, MomentumAdditiveTopKCodec,
-                                MomentumElementTopKCodec, MomentumTernaryCodec,
-                                MomentumTopKCodec, TernaryCodec)
+from kvstore_ext.codecs import (AdaCompCodec, AdditiveTernaryCodec, AdditiveTopKCodec,
+                                ElementTopKCodec, FilterTopKCodec, MomentumCorrected,
+                                TernaryCodec)
+from kvstore_ext.codecs.base import innermost
+
+
+def corrected(codec, plain):
+    """True if ``codec`` is ``plain``'s kind wrapped with the momentum correction."""
+    return isinstance(codec, MomentumCorrected) and type(codec.inner) is plain
 
 SHAPE = (16, 8, 3, 3)
 FC_SHAPE = (48, 40)
@@ -56,7 +62,7 @@ def test_server_steps_match_the_reference(chunk_size, masking):
             kept = kv.key_state('conv').arrays['0.velocity']
             np.testing.assert_allclose(kept, velocity, rtol=1e-6, atol=1e-7)
     codec = kv.plan('conv').chunks[0].codec
-    assert isinstance(codec, MomentumTopKCodec) and codec.momentum == 0.9
+    assert corrected(codec, FilterTopKCodec) and codec.momentum == 0.9
     assert codec.masking == (masking == 'always')
     if chunk_size == 1024:      # 1,152 elements: 2 chunks of 8 filters, 2 sent each
         assert len(kv.plan('conv').chunks) == 2
@@ -124,16 +130,13 @@ def test_homomorphic_steps_match_the_reference(agreement):
             np.testing.assert_allclose(out.asnumpy(), want, rtol=1e-6, atol=1e-7)
         else:       # agreed on the previous step's statistic: other filters, still sums up
             assert np.isfinite(out.asnumpy()).all()
-    assert isinstance(kv.plan('conv').chunks[0].codec, MomentumAdditiveTopKCodec)
+    assert corrected(kv.plan('conv').chunks[0].codec, AdditiveTopKCodec)
 
 
-# each layer kind's setting, its corrected codecs and the plain ones they extend
+# each layer kind's setting and its codecs, which the correction wraps
 # (server, homomorphic)
-CORRECTED = {'conv': ('momentum_correction', SHAPE,
-                      (MomentumTopKCodec, MomentumAdditiveTopKCodec),
-                      (FilterTopKCodec, AdditiveTopKCodec)),
+CORRECTED = {'conv': ('momentum_correction', SHAPE, (FilterTopKCodec, AdditiveTopKCodec)),
              'fc': ('fc_momentum_correction', FC_SHAPE,
-                    (MomentumTernaryCodec, MomentumAdditiveTernaryCodec),
                     (TernaryCodec, AdditiveTernaryCodec))}
 
 
@@ -145,8 +148,7 @@ def test_auto_correction_from_eight_workers(aggregation, layer):
     plain error feedback; 'on' and 'off' hold at any worker count; momentum 0 turns
     either off whatever the setting."""
     from kvstore_ext.schemes import Hylo
-    setting_name, shape, codecs, plain_codecs = CORRECTED[layer]
-    corrected = codecs[aggregation == 'homomorphic']
+    setting_name, shape, plain_codecs = CORRECTED[layer]
     plain = plain_codecs[aggregation == 'homomorphic']
     got = {}
     for setting in ('auto', 'on', 'off'):
@@ -155,8 +157,8 @@ def test_auto_correction_from_eight_workers(aggregation, layer):
         for workers in (1, 4, 7, 8, 64):
             scheme.num_workers = workers
             codec = scheme.codec_for(shape, np.float32)
-            assert isinstance(codec, plain)      # the layer's codec, corrected or not
-            got[setting, workers] = isinstance(codec, corrected)
+            assert type(innermost(codec)) is plain  # the layer's codec, corrected or not
+            got[setting, workers] = corrected(codec, plain)
     assert got == {('auto', 1): False, ('auto', 4): False, ('auto', 7): False,
                    ('auto', 8): True, ('auto', 64): True,
                    **{('on', w): True for w in (1, 4, 7, 8, 64)},
@@ -178,7 +180,7 @@ def test_off_by_default(mode, plain):
     with pytest.raises(ValueError, match='momentum'):
         store(momentum=1.0)
     with pytest.raises(ValueError, match='momentum'):
-        MomentumTopKCodec(SHAPE, 4, momentum=0.0)
+        MomentumCorrected(FilterTopKCodec(SHAPE, 4), momentum=0.0)
 
 
 # each layer kind with its correction on: (key, shape, the store's extra parameters)
@@ -309,7 +311,7 @@ def test_element_topk_steps_match_the_reference(chunk_size):
                              momentum_element_topk_step([piece], [residual], [velocity],
                                                         delivered, codec.k, 0.9))
         np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-6, atol=1e-7)
-    assert all(isinstance(c.codec, MomentumElementTopKCodec) for c in state.chunks)
+    assert all(corrected(c.codec, ElementTopKCodec) for c in state.chunks)
     assert len(state.chunks) == (2 if chunk_size == 1024 else 1)
 
 
@@ -317,14 +319,14 @@ def test_padding_index_masks_nothing(monkeypatch):
     """A sent index equal to the row count stands for nothing sent (a fixed-size
     payload's unused entries): the steps stay the spec's."""
     from kvx_ref.momentum import momentum_element_topk_step
-    original = MomentumElementTopKCodec.corrected_round
+    original = ElementTopKCodec.sent_rows
 
-    def padded(self, velocity, state, num_workers, rank):
-        total, sent = yield from original(self, velocity, state, num_workers, rank)
+    def padded(self, payload):
+        sent = original(self, payload)
         pad = mx.nd.full((3,), self.chunk_layout()[0], dtype=sent.dtype)
-        return total, mx.nd.concat(pad[:1], sent, pad[1:], dim=0)
+        return mx.nd.concat(pad[:1], sent, pad[1:], dim=0)
 
-    monkeypatch.setattr(MomentumElementTopKCodec, 'corrected_round', padded)
+    monkeypatch.setattr(ElementTopKCodec, 'sent_rows', padded)
     kv = mx.kv.create('dist_sync_topk')
     kv.set_gradient_compression({'size_threshold': 100, 'ratio': 0.05, 'momentum': 0.9})
     shape = (48, 40)
@@ -357,12 +359,11 @@ def test_adacomp_steps_match_the_reference(chunk_size, max_per_bin, masking):
     (max_per_bin 30, bins of 40) and full (3: the overflow rule), one chunk and two;
     masking off through the codec (the scheme always masks)."""
     from kvx_ref.momentum import momentum_adacomp_step
-    from kvstore_ext.codecs.adacomp import MomentumAdaCompCodec
     kv = adacomp_store(chunk_size=chunk_size, max_per_bin=max_per_bin)
     if not masking:
         plan = kv._scheme.codec_for
-        kv._scheme.codec_for = lambda *a, **k: (lambda c: MomentumAdaCompCodec(
-            c.shape, c.bin, c.max_per_bin, c.momentum, masking=False))(plan(*a, **k))
+        kv._scheme.codec_for = lambda *a, **k: (lambda c: MomentumCorrected(
+            c.inner, c.momentum, masking=False))(plan(*a, **k))
     shape = (48, 40)
     chunks = None
     fill = set()
@@ -383,7 +384,7 @@ def test_adacomp_steps_match_the_reference(chunk_size, max_per_bin, masking):
         residual = kv.key_state('fc').residual.reshape(-1)
         np.testing.assert_allclose(residual, np.concatenate([p[2] for p in chunks]),
                                    rtol=1e-6, atol=1e-7)
-    assert all(isinstance(c.codec, MomentumAdaCompCodec) and c.codec.masking == masking
+    assert all(corrected(c.codec, AdaCompCodec) and c.codec.masking == masking
                for c in state.chunks)
     assert len(state.chunks) == (2 if chunk_size == 1024 else 1)
     assert fill == ({'full'} if max_per_bin < 10 else {'partly'}), fill
@@ -395,8 +396,7 @@ def test_adacomp_sent_indices(n):
     entries and two-word entries (above 2**23 elements), the slot's unused entries
     standing for nothing (index n)."""
     from kvx_ref import codecs as ref
-    from kvstore_ext.codecs.adacomp import MomentumAdaCompCodec
-    codec = MomentumAdaCompCodec((n,), 500, 3.0)
+    codec = AdaCompCodec((n,), 500, 3.0)
     rng = np.random.default_rng(n)
     g = np.zeros(n, np.float32)
     hot = rng.choice(n, 8 if n < 1 << 20 else 300, replace=False)
@@ -406,7 +406,7 @@ def test_adacomp_sent_indices(n):
     assert status == 0 and payload.size == codec.payload_words()
     count = int(payload[6])
     assert 0 < count < codec.capacity
-    got = codec.sent_indices(mx.nd.array(payload, dtype=np.float32)).asnumpy()
+    got = codec.sent_rows(mx.nd.array(payload, dtype=np.float32)).asnumpy()
     want = np.flatnonzero(ref.adacomp_decode(payload[:8 + int(payload[7])], n)[0])
     assert got.dtype == np.int64 and got.size == codec.capacity
     np.testing.assert_array_equal(got[:count], want)
@@ -421,8 +421,6 @@ def test_adacomp_sgd_momentum_on_the_output_applies_the_sent_velocities():
 
 
 def test_adacomp_momentum_off_by_default():
-    from kvstore_ext.codecs import AdaCompCodec
-    from kvstore_ext.codecs.adacomp import MomentumAdaCompCodec
     kv = mx.kv.create('dist_sync_adacomp')
     kv.set_gradient_compression({'size_threshold': 100})
     kv.pushpull('fc', mx.nd.array(grad(0, (48, 40))))
@@ -430,7 +428,7 @@ def test_adacomp_momentum_off_by_default():
     with pytest.raises(ValueError, match='momentum'):
         adacomp_store(momentum=1.0)
     with pytest.raises(ValueError, match='momentum'):
-        MomentumAdaCompCodec((5000,), 500, 3.0, momentum=0.0)
+        MomentumCorrected(AdaCompCodec((5000,), 500, 3.0), momentum=0.0)
 
 
 def fc_store(**extra):
@@ -453,7 +451,7 @@ def test_fc_server_steps_match_the_reference(chunk_size):
         for i, part in enumerate(chunks):
             kept = kv.key_state('fc').arrays['%d.velocity' % i].reshape(-1)
             np.testing.assert_allclose(kept, part[3], rtol=1e-6, atol=1e-7)
-    assert all(type(c.codec) is MomentumTernaryCodec for c in state.chunks)
+    assert all(corrected(c.codec, TernaryCodec) for c in state.chunks)
     assert len(state.chunks) == (2 if chunk_size == 1024 else 1)
     assert 'no masking' in state.chunks[0].codec.describe()
 

@@ -33,6 +33,7 @@ def main():
     from mxnet import autograd, gluon
     import kvstore_ext  # noqa: F401  registers dist_sync_adacomp
     from kvstore_ext.codecs import AdaCompCodec
+    from kvstore_ext.codecs.base import innermost
     import train_mnist
 
     mx.random.seed(1)
@@ -55,7 +56,7 @@ def main():
             loss.backward()
             trainer.step(args.batch_size)
             for key, state in kv._keys.items():
-                if isinstance(state.codec, AdaCompCodec):
+                if isinstance(innermost(state.codec), AdaCompCodec):
                     count = sum(float(cs.last['sent'].asscalar()) for cs in state.chunk_states)
                     sent.setdefault(key, []).append(count)
     acc = (net(mx.nd.array(xt)).argmax(axis=1).asnumpy() == yt).mean()

@@ -156,21 +156,12 @@ KVX_HOT static void base3_decode_add(const Base3Table& table, const float* words
 
 // ---- ternary (Hylo FC) ------------------------------------------------------------------
 
-// Mean |acc| of the values a threshold t selects (|acc| >= t); t itself if none is.
-// Float64 sum, rounded to float32 (as adaptive_threshold).
-float acc_mean_above(const float* grad, const float* residual, int64_t n, float t) {
-  double sum = 0.0;
-  int64_t count = 0;
-  acc_sum_above(grad, residual, n, t, &sum, &count);
-  return count ? static_cast<float>(sum / static_cast<double>(count)) : t;
-}
-
 int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
                    double threshold, float* payload, int value_rule) {
   if (n < 0) return kBadParam;
   const int64_t body = ceil_div(n, kTernaryDigits);
   if (!std::isfinite(scale) || scale < 0.0 || !threshold_valid(threshold) ||
-      value_rule < kValueThreshold || value_rule > kValueRound) {
+      (value_rule != kValueThreshold && value_rule != kValueRound)) {
     zero(payload, kHeaderWords + body);
     return kBadParam;
   }
@@ -206,8 +197,6 @@ int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
   // the value a code stands for (see value_rule in the header); decoders read it.
   // Capped, every rule's value is t: the selected values all equal t in magnitude.
   float v = t;
-  if (!capped && value_rule == kValueMean && t > 0.0f)
-    v = acc_mean_above(grad, residual, n, t);
   if (!capped && value_rule == kValueRound) v = 2.0f * t;
   if (!std::isfinite(v)) {  // 2t beyond float32's range
     zero(payload, kHeaderWords + body);

@@ -37,16 +37,14 @@ int64_t ternary_sum_words(int64_t n, int64_t num_workers);
 // value_rule: what a nonzero code stands for; the header carries it, so
 // decoders do not depend on the rule.
 //   kValueThreshold: t (MXNet's 2-bit rule);
-//   kValueMean: the mean |acc| of the selected values (|acc| >= t), the least-squares
-//     value of the selected set;
 //   kValueRound: 2t, so that a code is acc rounded to the nearest multiple of 2t
-//     (clipped to +-1) and a sent value's residual stays within +-t.
-// An unknown rule is kBadParam; a value beyond float32's range is kNonFinite (adaptive
-// t) or kBadParam (fixed t).
-enum TernaryValueRule { kValueThreshold = 0, kValueMean = 1, kValueRound = 2 };
+//     (clipped to +-1) and a sent value's residual stays within +-t (Hylo's rule).
+// Any other rule is kBadParam (1, a former rule that measured worse, is not reused,
+// so that a request that names it fails rather than meaning another rule); a value
+// beyond float32's range is kNonFinite (adaptive t) or kBadParam (fixed t).
+enum TernaryValueRule { kValueThreshold = 0, kValueRound = 2 };
 int ternary_encode(const float* grad, float* residual, int64_t n, double scale,
                    double threshold, float* payload, int value_rule = kValueThreshold);
-float acc_mean_above(const float* grad, const float* residual, int64_t n, float t);
 int ternary_decode(const float* payload, int64_t payload_words, int64_t n, float* out);
 int ternary_decode_add(const float* payload, int64_t payload_words, int64_t n, float* acc);
 

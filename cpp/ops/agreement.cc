@@ -67,32 +67,8 @@ struct AccAbsMax : AccStat {
   }
 };
 
-struct ScaleParams {
-  double scale = 1.0;
-  bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"scale"}, error) &&
-           get_real(attrs, "scale", 0.0, false, false, 1.0, &scale, error);
-  }
-};
-
-// [sum|acc|, sum and count of |acc| >= this worker's own t]: the 'mean' agreement.
-struct AccAbsStats : AccStat {
-  static constexpr const char* name = "kvx_acc_abs_stats";
-  using Params = ScaleParams;
-  static bool shape(const Params&, const Shapes& in, Shapes* out) {
-    (*out)[0] = Shape{3};
-    return residual_shape(name, in);
-  }
-  static void forward(const Params& p, Tensors& in, Tensors& out) {
-    double stats[3];
-    kvx::acc_abs_stats(f32(in[0]), f32(in[1]), product(in[0].shape), p.scale, stats);
-    for (int i = 0; i < 3; ++i) f32(out[0])[i] = static_cast<float>(stats[i]);
-  }
-};
-
 }  // namespace
 
 KVX_REGISTER_OP(AccFilterScores);
 KVX_REGISTER_OP(AccAbsSum);
 KVX_REGISTER_OP(AccAbsMax);
-KVX_REGISTER_OP(AccAbsStats);

@@ -31,8 +31,16 @@ struct TernaryParams {
            get_real(attrs, "scale", 0.0, false, false, 1.0, &scale, error) &&
            get_real(attrs, "threshold", 0.0, false, false, 0.0, &threshold, error) &&
            (!has(attrs, "value_rule") ||
-            get_int(attrs, "value_rule", kvx::kValueThreshold, kvx::kValueRound, &value_rule,
-                    error));
+            (get_int(attrs, "value_rule", kvx::kValueThreshold, kvx::kValueRound, &value_rule,
+                     error) &&
+             known_rule(error)));
+  }
+  // kvx::TernaryValueRule: 0 (t) or 2 (2t); 1 was a former rule and is refused
+  bool known_rule(std::string* error) const {
+    if (value_rule == kvx::kValueThreshold || value_rule == kvx::kValueRound) return true;
+    *error = "attribute value_rule='" + std::to_string(value_rule) +
+             "' must be 0 (a code stands for t) or 2 (2t)";
+    return false;
   }
 };
 

@@ -110,7 +110,8 @@ std::vector<float> valid_payload(Words& w, const char* name, int64_t n) {
     kvx::topk_encode(grad.data(), residual.data(), filters, n / filters, k, p.data());
   } else if (!std::strcmp(name, "ternary")) {
     p.resize(static_cast<size_t>(kvx::ternary_payload_words(n)));
-    kvx::ternary_encode(grad.data(), residual.data(), n, 2.0, 0.0, p.data(), w.chance(50));
+    kvx::ternary_encode(grad.data(), residual.data(), n, 2.0, 0.0, p.data(),
+                        w.chance(50) ? kvx::kValueRound : kvx::kValueThreshold);
   } else if (!std::strcmp(name, "element_topk")) {
     const int64_t k = 1 + static_cast<int64_t>(w.below(static_cast<uint64_t>(n)));
     p.resize(static_cast<size_t>(kvx::element_topk_payload_words(n, k)));

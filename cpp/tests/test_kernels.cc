@@ -510,7 +510,8 @@ void test_ternary_hand() {
   CHECK(same_bits(out, Floats({0.5f, -0.5f, 0.0f, 0.5f, -0.5f, 0.0f})));
 
   // value_rule kValueRound: the same codes, each worth 2t = 1; the residual of a sent
-  // value stays within +-t; an unknown rule is a bad parameter, residual untouched.
+  // value stays within +-t; an unknown rule (1, the former 'mean', or 3) is a bad
+  // parameter, payload zeroed and residual untouched.
   Floats res_round(6, 0.0f);
   CHECK_EQ(kvx::ternary_encode(grad.data(), res_round.data(), 6, 1.0, 0.5, payload.data(),
                                kvx::kValueRound),
@@ -519,10 +520,13 @@ void test_ternary_hand() {
                                  1, 308};
   CHECK(same_bits(payload, expected_round));
   CHECK(same_bits(res_round, Floats({-0.5f, 0.5f, 0.2f, 0.0f, 0.0f, 0.0f})));
-  Floats res_bad(6, 0.0f);
-  CHECK_EQ(kvx::ternary_encode(grad.data(), res_bad.data(), 6, 1.0, 0.5, payload.data(), 3),
-           kvx::kBadParam);
-  CHECK(all_zero(res_bad));
+  for (int rule : {1, 3, -1}) {
+    Floats res_bad(6, 0.0f);
+    CHECK_EQ(kvx::ternary_encode(grad.data(), res_bad.data(), 6, 1.0, 0.5, payload.data(), rule),
+             kvx::kBadParam);
+    CHECK(all_zero(res_bad));
+    CHECK(all_zero(payload));
+  }
 
   // Adaptive: t = scale * mean|acc| = 1.5 * (3.2 / 6) ~ 0.8 < max|acc|: not capped.
   Floats res2(6, 0.0f);
@@ -531,7 +535,7 @@ void test_ternary_hand() {
   CHECK_EQ(payload[5], static_cast<float>(1.5 * mean));
   // Delivery cap: 2 * mean|acc| ~ 1.07 > max|acc| = 1, so t = 1: the two values at 1
   // are sent whole (v = t under every rule), the rest stays.
-  for (int rule = kvx::kValueThreshold; rule <= kvx::kValueRound; ++rule) {
+  for (int rule : {kvx::kValueThreshold, kvx::kValueRound}) {
     Floats res3(6, 0.0f);
     CHECK_EQ(kvx::ternary_encode(grad.data(), res3.data(), 6, 2.0, 0.0, payload.data(), rule),
              kvx::kOk);

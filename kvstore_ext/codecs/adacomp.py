@@ -9,18 +9,17 @@ The payload varies with the number selected, the PS slot does not: it holds
 ``capacity`` entries. When more qualify, the ``capacity`` largest |H| go and the others
 stay in the residual (they qualify again next step). docs/schemes/adacomp.md has the details.
 
-``MomentumAdaCompCodec``: the same with DGC's momentum correction (codecs/momentum.py):
-the worker's velocity ``u = m u + grad`` takes the gradient's place (``G = u + residual``,
-``H = G + u``), ``u`` is zeroed on the elements sent, and the step returns
-``S - m S_prev`` for the unchanged SGD optimizer (python/kvx_ref/momentum.py
-``momentum_adacomp_step`` is the spec).
+With DGC's momentum correction (``MomentumCorrected(AdaCompCodec(...))``,
+codecs/momentum.py): the worker's velocity ``u = m u + grad`` takes the gradient's
+place (``G = u + residual``, ``H = G + u``), ``u`` is zeroed on the elements sent
+(``step_sent`` reports them), and the step returns ``S - m S_prev`` for the unchanged
+SGD optimizer (python/kvx_ref/momentum.py ``momentum_adacomp_step`` is the spec).
 """
 import math
 
 import numpy as np
 
 from .base import GatherCodec, check_encoded
-from .momentum import MomentumCorrection
 from ..ops import op
 from ..rounds import Gather
 from ..wire import HEADER_WORDS, adacomp_entry_words, adacomp_payload_words
@@ -29,6 +28,7 @@ from ..wire import HEADER_WORDS, adacomp_entry_words, adacomp_payload_words
 class AdaCompCodec(GatherCodec):
     name = 'adacomp'
     deferred_checks = True
+    reports_sent = True
     codec_id = 4
 
     @staticmethod
@@ -67,30 +67,13 @@ class AdaCompCodec(GatherCodec):
         total = yield Gather('payload', payload, self.size)
         return total.reshape(self.shape)
 
-    def describe(self):
-        return 'adacomp, bins of %d, at most %d of %d sent' % (self.bin, self.capacity,
-                                                               self.size)
-
-
-class MomentumAdaCompCodec(MomentumCorrection, AdaCompCodec):
-    """AdaComp on the velocity: each worker sends AdaComp's selection of its velocity
-    + residual (the velocity in the gradient's place, ``H = G + u``)."""
-
-    def __init__(self, shape, bin, max_per_bin, momentum=0.9, masking=True):
-        super().__init__(shape, bin, max_per_bin)
-        self._check_momentum(momentum, masking)
-
-    def chunk(self, start, stop):
-        return type(self)((stop - start,), self.bin, self.max_per_bin, self.momentum,
-                          self.masking)
-
-    def corrected_round(self, velocity, state, num_workers, rank):
-        payload = self.encode(velocity, state.residual)
+    def step_sent(self, grad, state, num_workers, rank):
+        payload = self.encode(grad, state.residual)
         state.last['sent'] = payload[6:7]
         total = yield Gather('payload', payload, self.size)
-        return total, self.sent_indices(payload)
+        return total, self.sent_rows(payload)
 
-    def sent_indices(self, payload):
+    def sent_rows(self, payload):
         """One index a slot entry (int64, engine ops, no wait): the element of each of
         the header's ``count`` entries (code // 2), and ``size`` (nothing) for the
         slot's unused entries after them."""
@@ -108,3 +91,7 @@ class MomentumAdaCompCodec(MomentumCorrection, AdaCompCodec):
         index = ndarray.where(used, index, ndarray.full((self.capacity,), self.size,
                                                         dtype=np.float64))
         return ndarray.cast(index, 'int64')
+
+    def describe(self):
+        return 'adacomp, bins of %d, at most %d of %d sent' % (self.bin, self.capacity,
+                                                               self.size)

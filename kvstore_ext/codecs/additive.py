@@ -6,11 +6,8 @@ worker's ``acc`` summed over workers (agreed.py):
 
 * FC (ternary): each worker contributes ``sum|acc|``; all then use
   ``t = scale * total / (num_workers * n)``, the mean of the thresholds each would
-  have chosen alone. With ``value='mean'`` a code stands for the mean
-  |acc| of the selected values rather than t: each worker also contributes the sum and
-  the count of its |acc| at or above its own threshold, and all use
-  ``v = max(sum / count, t)``; with ``value='round'`` (Hylo's default) a code stands
-  for 2t (no more words). Delivery cap: each worker also contributes its max|acc|, and t
+  have chosen alone; with ``value='round'`` (Hylo's rule) a code stands for 2t, with
+  ``'t'`` for t. Delivery cap: each worker also contributes its max|acc|, and t
   is at most the mean of the workers' maxima C; capped (t >= C), t = C and a code
   stands for C. Why: with equal magnitudes (a constant or sign-only gradient) nothing
   reached ``scale`` * mean|acc|, and t grew with the residual, so nothing was ever
@@ -42,11 +39,10 @@ class AdditiveTernaryCodec(AgreedCodec):
     def __init__(self, shape, scale=1.0, threshold=0.0, agreement='previous', value='t'):
         super().__init__(shape, agreement)
         if value not in VALUE_RULES:
-            raise ValueError('value must be one of %s, got %r' % (VALUE_RULES, value))
+            raise ValueError('value must be one of %s, got %r' % (tuple(VALUE_RULES), value))
         self.scale, self.threshold, self.value = float(scale), float(threshold), value
-        # words: [sum|acc|, max|acc|], and for value 'mean' [sum|acc|, sum of |acc| >= t_w,
-        # their count, max|acc|]
-        self.agreement_words = 0 if self.threshold > 0 else (4 if value == 'mean' else 2)
+        # words: [sum|acc|, max|acc|]
+        self.agreement_words = 0 if self.threshold > 0 else 2
 
     def chunk(self, start, stop):
         return type(self)((stop - start,), self.scale, self.threshold, self.agreement,
@@ -57,19 +53,13 @@ class AdditiveTernaryCodec(AgreedCodec):
 
     def statistic(self, grad, residual):
         from mxnet import ndarray
-        if self.agreement_words == 2:
-            first = op('kvx_acc_abs_sum')(grad, residual)
-        else:
-            # [sum|acc|, sum of |acc| >= t_w, count], t_w = scale * mean|acc| of this
-            # worker's own acc (what it would select alone): no state, one C++ pass more
-            first = op('kvx_acc_abs_stats')(grad, residual, scale=self.scale)
-        return ndarray.concat(first, op('kvx_acc_abs_max')(grad, residual), dim=0)
+        return ndarray.concat(op('kvx_acc_abs_sum')(grad, residual),
+                              op('kvx_acc_abs_max')(grad, residual), dim=0)
 
     def settle(self, agreed, num_workers):
         """(t, v), float32 values identical on every worker: t fixed or from the agreed
-        total, at most the mean of the maxima C; v = t, 2t for value 'round', or for
-        value 'mean' the agreed mean of the selected magnitudes; v = t = C when capped
-        (python/kvx_ref/codecs.py, agreed_ternary)."""
+        total, at most the mean of the maxima C; v = t, or 2t for value 'round'; v = t =
+        C when capped (python/kvx_ref/codecs.py, agreed_ternary)."""
         if self.threshold > 0:
             t = float(np.float32(self.threshold))
             return t, self.value_of(t)
@@ -81,14 +71,10 @@ class AdditiveTernaryCodec(AgreedCodec):
             return 0.0, 0.0
         if t >= cap:                                  # the delivery cap
             return cap, cap
-        if self.agreement_words == 2 or stats[2] <= 0:
-            return t, self.value_of(t)
-        v = float(np.float32(stats[1] / stats[2]))
-        return t, (max(v, t) if math.isfinite(v) else t)
+        return t, self.value_of(t)
 
     def value_of(self, t):
-        """v from t alone (rules 'round' and 't', and 'mean' with nothing selected): 2t
-        for 'round', else t; t also when 2t overflows float32 (encoder and decoder use
+        """v from t: 2t for 'round', else t; t also when 2t overflows float32 (encoder and decoder use
         the same v either way)."""
         v = float(np.float32(2 * t)) if self.value == 'round' else t
         return v if math.isfinite(v) else t
@@ -118,6 +104,7 @@ class AdditiveTernaryCodec(AgreedCodec):
 class AdditiveTopKCodec(AgreedCodec):
     name = 'topk-additive'
     chunk_by_rows = True
+    reports_sent = True
 
     def __init__(self, shape, k, agreement='previous'):
         super().__init__(shape, agreement)
@@ -143,6 +130,16 @@ class AdditiveTopKCodec(AgreedCodec):
         order = np.lexsort((np.arange(scores.size), -scores))
         from mxnet import ndarray
         return ndarray.array(np.sort(order[:self.k]), dtype=np.float32)
+
+    def step_sent(self, grad, state, num_workers, rank):
+        """The agreed filters were sent (none after a void agreement round)."""
+        state.last.pop('agreed', None)
+        total = yield from self.step(grad, state, num_workers, rank)
+        agreed = state.last.get('agreed')
+        if agreed is None:      # a void agreement round: nothing was gathered
+            from mxnet import ndarray
+            return total, ndarray.zeros((0,), dtype=np.float32)
+        return total, self.settle(agreed, num_workers)
 
     def encode_sum(self, grad, residual, num_workers, settled):
         values, status = op('kvx_topk_gather')(grad, residual, settled)

@@ -38,6 +38,9 @@ class Codec:
     # store then pushes without waiting for the encoder and reads its status at the
     # key's next step (store.py)
     deferred_checks = False
+    # True if ``step_sent`` reports the ``chunk_layout`` rows a step sent, which DGC's
+    # masking zeroes the velocity of (codecs/momentum.py, ``MomentumCorrected``)
+    reports_sent = False
 
     # -- a server-decoded codec declares itself here; defining the class enters it in
     # the codec list (codec_list.py), which the servers and the C++ table's check read
@@ -90,6 +93,15 @@ class Codec:
         round arrays have a slot per worker (THC's norm round); most ignore it."""
         raise NotImplementedError
 
+    def step_sent(self, grad, state, num_workers, rank):
+        """Generator: ``step``'s rounds, returning (the summed result, not necessarily
+        reshaped; the ``chunk_layout`` rows this worker's step sent, or None if the codec
+        cannot say). Sent rows are an int array (engine ops, no wait); an index equal to
+        the number of rows stands for nothing sent, so that a fixed-size payload with
+        unused entries (AdaComp's slot) needs no sync. What ``MomentumCorrected`` masks."""
+        total = yield from self.step(grad, state, num_workers, rank)
+        return total, None
+
     def wire_words(self, num_workers):
         """[(round name, kind, words pushed, words pulled)] of a steady-state step, in
         float32 words: what the byte model (bench/wire_bytes.py) adds up."""
@@ -101,6 +113,11 @@ class Codec:
         return grad + state.residual if state.residual is not None else grad.copy()
 
     # -- identity ---------------------------------------------------------------------
+    def kind(self):
+        """What a re-plan compares to keep the chunks' state (planning.py): the class;
+        a wrapper adds itself (``MomentumCorrected``)."""
+        return type(self)
+
     def same_as(self, other):
         """True if ``other`` encodes exactly as this codec (re-planning keeps it)."""
         return type(self) is type(other) and vars(self) == vars(other)
@@ -145,6 +162,15 @@ class GatherCodec(Codec):
         total = yield self.gather(self.encode(grad, state.residual))
         return total.reshape(self.shape)
 
+    def step_sent(self, grad, state, num_workers, rank):
+        payload = self.encode(grad, state.residual)
+        total = yield self.gather(payload)
+        return total, self.sent_rows(payload)
+
+    def sent_rows(self, payload):
+        """The rows ``payload`` sends (see ``Codec.step_sent``), or None."""
+        return None
+
     def gather(self, payload):
         """The round that sends ``payload``: its sum comes back float32, or re-encoded
         by the servers (``compressed_reply``)."""
@@ -156,3 +182,11 @@ class GatherCodec(Codec):
     def wire_words(self, num_workers):
         pulled = self.payload_words() if self.compressed_reply else self.size
         return [('payload', 'gather', self.payload_words(), pulled)]
+
+
+def innermost(codec):
+    """The codec under any wrappers (``MomentumCorrected``): what decides a codec's
+    kernels and kind of layer (cost.py, lgreco_hylo.py)."""
+    while 'inner' in vars(codec):
+        codec = codec.inner
+    return codec

@@ -1,6 +1,7 @@
-"""Top-k codecs with DGC's momentum correction and factor masking (Lin et al.,
-"Deep Gradient Compression", ICLR 2018), for an SGD optimizer with momentum ``m`` that
-runs unchanged on the workers (python/kvx_ref/momentum.py is the spec).
+"""DGC's momentum correction and factor masking (Lin et al., "Deep Gradient
+Compression", ICLR 2018) as a wrapper over any codec: ``MomentumCorrected(codec,
+momentum, masking)``, for an SGD optimizer with momentum ``m`` that runs unchanged on
+the workers (python/kvx_ref/momentum.py is the spec).
 
 Why: a filter that waits in the residual reaches the optimizer as one lump, whose
 momentum then spreads it over the next ~1/(1-m) steps: its update lags by the wait
@@ -14,32 +15,33 @@ holds ``S`` (times -lr) and moves the weights by exactly ``-lr S``. Weight decay
 goes through the optimizer's momentum; a changing learning rate leaves an error of
 ``m (lr_t - lr_(t-1)) S_prev``, which decays by m a step.
 
+Why a wrapper: the correction is the same around every codec: the velocity goes in
+the gradient's place (so the wrapped codec's error feedback, its residual, works on
+``u + residual``), and masking needs only the rows the step sent. A codec says those
+through ``Codec.step_sent`` (``reports_sent``: filters for the top-k codecs, elements
+for element top-k and AdaComp); one that cannot say (the ternary codecs) is wrapped
+with ``masking=False``. So Hylo's choice is a codec for the layer and the aggregation
+mode, then whether to wrap it; dist_sync_topk and dist_sync_adacomp wrap theirs too.
+
 Whether a step masks (``masking``): always (True, DGC's rule), never (False), or as a
 callable says at each step: ``HighRateMasking``, while the learning rate is near its
 peak and not once a schedule has decayed it (docs/decisions/hylo-momentum-masking.md).
 
 State: ``velocity`` (this worker's own: a void step keeps it) and ``delivered`` (the
-previous S, the same on every worker), both checkpointed. Hylo's conv top-k in both
-aggregation modes: ``MomentumTopKCodec`` (server-decoded, each worker's own filters)
-and ``MomentumAdditiveTopKCodec`` (homomorphic, the agreed filters); and
-``MomentumElementTopKCodec``, the element top-k of ``dist_sync_topk``.
+previous S, the same on every worker), both checkpointed under the chunk's prefix
+beside the wrapped codec's own arrays (``0.velocity``, ``0.delivered``, ``0.agreed``).
 
-Hylo's FC ternary codes the velocity too, *without* masking (``MomentumTernaryCodec``,
-``MomentumAdditiveTernaryCodec``): error feedback on the velocity, as in
-error-compensated momentum SGD, so that the weights move by the sent velocities, which
-add up to momentum SGD's steps, only later. Every FC value is coded each step and
-waits a few steps at most, so the stale momentum that masking guards a top-k against
-barely arises; masked, the FC layers of an MLP trained 48 steps by 8 workers learned
-too slowly (a train loss of 0.48 against 0.36) and ended a point below ``dist_sync``
-(docs/decisions/hylo-fc-momentum-correction.md).
+Hylo's FC ternary codes the velocity too, *without* masking: error feedback on the
+velocity, as in error-compensated momentum SGD, so that the weights move by the sent
+velocities, which add up to momentum SGD's steps, only later. Every FC value is coded
+each step and waits a few steps at most, so the stale momentum that masking guards a
+top-k against barely arises; masked, the FC layers of an MLP trained 48 steps by 8
+workers learned too slowly (a train loss of 0.48 against 0.36) and ended a point below
+``dist_sync`` (docs/decisions/hylo-fc-momentum-correction.md).
 """
 import numpy as np
 
-from .additive import AdditiveTernaryCodec, AdditiveTopKCodec
-from .element_topk import ElementTopKCodec
-from .ternary import TernaryCodec
-from .topk import FilterTopKCodec
-from ..wire import HEADER_WORDS, element_topk_index_words
+from .base import Codec
 
 
 # HighRateMasking masks while the learning rate is at least this share of its peak.
@@ -80,29 +82,74 @@ class HighRateMasking:
         return lr >= HIGH_RATE * self.peak
 
 
-class MomentumCorrection:
-    """The correction around a top-k codec's step (a mixin before the codec class):
-    subclasses define ``corrected_round`` (a generator: the codec's rounds on the
-    velocity, returning (the summed result, the indices of the ``chunk_layout`` rows
-    sent: filters, or elements)). An index equal to the number of rows stands for
-    nothing sent, so that a codec whose fixed-size payload holds fewer entries than it
-    has room for (AdaComp's slot) can return one index per entry without a sync; a
-    codec that never masks returns None."""
+class MomentumCorrected(Codec):
+    """``codec`` with DGC's momentum correction (see the module docstring): its step
+    runs ``codec``'s step on the velocity ``u = m u + grad``, zeroes ``u`` on the rows
+    ``codec`` reports sent when ``masking`` says so, and returns ``S - m S_prev``.
 
-    local_state = ('velocity',)
+    The wrapped codec keeps everything else: its rounds, chunking, error feedback and
+    payloads; its parameters read through the wrapper (``codec.k``, ``codec.scale``).
+    ``kind()`` is (this class, the wrapped codec's kind): a re-plan keeps the velocity
+    when the wrapped codec stays of the same kind (planning.py)."""
 
-    def _check_momentum(self, momentum, masking):
+    def __init__(self, codec, momentum=0.9, masking=True):
+        super().__init__(codec.shape)
+        if isinstance(codec, MomentumCorrected):
+            raise ValueError('%r has momentum correction already' % (codec,))
         if not 0 < float(momentum) < 1:
             raise ValueError('momentum must be in (0, 1), got %r' % (momentum,))
+        if masking is not False and not codec.reports_sent:
+            raise ValueError('masking needs a codec that reports the rows it sent '
+                             '(Codec.reports_sent); %r does not: wrap it with '
+                             'masking=False' % (codec,))
+        self.inner = codec
         self.momentum = float(momentum)
         self.masking = masking if callable(masking) else bool(masking)
 
+    def __getattr__(self, name):
+        # only reached for what this class does not define: the wrapped codec's
+        # parameters and methods (k, scale, agreement, payload_words, encode, ...)
+        if name == 'inner':
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    # -- what the store reads of a codec: the wrapped codec's, but for the state -------
+    name = property(lambda self: self.inner.name)
+    uses_residual = property(lambda self: self.inner.uses_residual)
+    chunk_by_rows = property(lambda self: self.inner.chunk_by_rows)
+    deferred_checks = property(lambda self: self.inner.deferred_checks)
+    passthrough = False      # the velocity is this step's to keep: never MXNet's own
+
+    @property
+    def local_state(self):
+        return tuple(self.inner.local_state) + ('velocity',)
+
+    def deferrable(self, state):
+        return self.inner.deferrable(state)
+
+    def chunk_layout(self):
+        return self.inner.chunk_layout()
+
+    def chunk(self, start, stop):
+        return type(self)(self.inner.chunk(start, stop), self.momentum, self.masking)
+
+    def wire_words(self, num_workers):
+        return self.inner.wire_words(num_workers)
+
+    def state_shapes(self):
+        return dict(self.inner.state_shapes(), velocity=self.shape, delivered=self.shape)
+
+    def kind(self):
+        return (type(self), self.inner.kind())
+
+    def same_as(self, other):
+        return (type(self) is type(other) and self.momentum == other.momentum
+                and self.masking == other.masking and self.inner.same_as(other.inner))
+
+    # -- one step --------------------------------------------------------------------
     def masks_now(self):
         """Whether this step zeroes the velocity of the rows it sent."""
         return bool(self.masking()) if callable(self.masking) else self.masking
-
-    def state_shapes(self):
-        return dict(super().state_shapes(), velocity=self.shape, delivered=self.shape)
 
     def _next_velocity(self, grad, state):
         velocity = state.get('velocity')
@@ -110,13 +157,13 @@ class MomentumCorrection:
 
     def compressed_input(self, grad, state):
         """The velocity, not the gradient, goes with the residual."""
-        return self._next_velocity(grad, state) + state.residual
+        return self.inner.compressed_input(self._next_velocity(grad, state), state)
 
     def step(self, grad, state, num_workers, rank):
         from mxnet import ndarray
         velocity = self._next_velocity(grad, state)
         # a NaN/Inf raises in the encoder, before the residual or the velocity changes
-        total, sent = yield from self.corrected_round(velocity, state, num_workers, rank)
+        total, sent = yield from self.inner.step_sent(velocity, state, num_workers, rank)
         if sent is not None and sent.size and self.masks_now():
             # rows of chunk_layout: filters, or single elements (element top-k); row
             # ``rows`` is the padding's (nothing sent), cut off after the scatter
@@ -138,104 +185,8 @@ class MomentumCorrection:
     def describe(self):
         masking = ('' if self.masking is True else ', no masking' if self.masking is False
                    else ', masking follows the learning rate')
-        return '%s, momentum correction %g%s' % (super().describe(), self.momentum, masking)
+        return '%s, momentum correction %g%s' % (self.inner.describe(), self.momentum,
+                                                 masking)
 
-
-class MomentumTopKCodec(MomentumCorrection, FilterTopKCodec):
-    """Server-decoded: each worker sends the top-k filters of its own velocity +
-    residual."""
-
-    def __init__(self, shape, k, compressed_reply=False, momentum=0.9, masking=True):
-        super().__init__(shape, k, compressed_reply)
-        self._check_momentum(momentum, masking)
-
-    def chunk(self, start, stop):
-        part = FilterTopKCodec.chunk(self, start, stop)
-        return type(self)(part.shape, part.k, self.compressed_reply, self.momentum,
-                          self.masking)
-
-    def corrected_round(self, velocity, state, num_workers, rank):
-        payload = self.encode(velocity, state.residual)
-        total = yield self.gather(payload)
-        return total, payload[HEADER_WORDS:HEADER_WORDS + self.k]
-
-
-class MomentumAdditiveTopKCodec(MomentumCorrection, AdditiveTopKCodec):
-    """Homomorphic: the workers send the agreed filters of their velocity + residual."""
-
-    def __init__(self, shape, k, agreement='previous', momentum=0.9, masking=True):
-        super().__init__(shape, k, agreement)
-        self._check_momentum(momentum, masking)
-
-    def chunk(self, start, stop):
-        part = AdditiveTopKCodec.chunk(self, start, stop)
-        return type(self)(part.shape, part.k, self.agreement, self.momentum, self.masking)
-
-    def corrected_round(self, velocity, state, num_workers, rank):
-        state.last.pop('agreed', None)
-        total = yield from AdditiveTopKCodec.step(self, velocity, state, num_workers, rank)
-        agreed = state.last.get('agreed')
-        if agreed is None:      # a void agreement round: nothing was gathered
-            from mxnet import ndarray
-            return total, ndarray.zeros((0,), dtype=np.float32)
-        return total, self.settle(agreed, num_workers)
-
-
-class MomentumElementTopKCodec(MomentumCorrection, ElementTopKCodec):
-    """Element top-k (``dist_sync_topk``), DGC's own setting: each worker sends the k
-    elements of its velocity + residual with the largest magnitudes."""
-
-    def __init__(self, shape, ratio, momentum=0.9, masking=True):
-        super().__init__(shape, ratio)
-        self._check_momentum(momentum, masking)
-
-    def chunk(self, start, stop):
-        part = ElementTopKCodec.chunk(self, start, stop)
-        return type(self)(part.shape, part.ratio, self.momentum, self.masking)
-
-    def corrected_round(self, velocity, state, num_workers, rank):
-        from mxnet import ndarray
-        payload = self.encode(velocity, state.residual)
-        total = yield self.gather(payload)
-        width = element_topk_index_words(self.size) + 1
-        entries = payload[HEADER_WORDS:].reshape((self.k, width))
-        sent = ndarray.cast(entries[:, 0], 'int64')
-        if width == 3:                # index = low word + high word * 2**24
-            sent = sent + ndarray.cast(entries[:, 1], 'int64') * (1 << 24)
-        return total, sent
-
-
-class MomentumTernaryCodec(MomentumCorrection, TernaryCodec):
-    """Server-decoded FC: each worker codes its velocity + residual; never masked."""
-
-    def __init__(self, shape, scale=1.0, threshold=0.0, value='t', compressed_reply=False,
-                 momentum=0.9):
-        super().__init__(shape, scale, threshold, value, compressed_reply)
-        self._check_momentum(momentum, False)
-
-    def chunk(self, start, stop):
-        return type(self)((stop - start,), self.scale, self.threshold, self.value,
-                          self.compressed_reply, self.momentum)
-
-    def corrected_round(self, velocity, state, num_workers, rank):
-        total = yield self.gather(self.encode(velocity, state.residual))
-        return total, None
-
-
-class MomentumAdditiveTernaryCodec(MomentumCorrection, AdditiveTernaryCodec):
-    """Homomorphic FC: the agreed t over the workers' velocity + residual; never
-    masked."""
-
-    def __init__(self, shape, scale=1.0, threshold=0.0, agreement='previous', value='t',
-                 momentum=0.9):
-        super().__init__(shape, scale, threshold, agreement, value)
-        self._check_momentum(momentum, False)
-
-    def chunk(self, start, stop):
-        return type(self)((stop - start,), self.scale, self.threshold, self.agreement,
-                          self.value, self.momentum)
-
-    def corrected_round(self, velocity, state, num_workers, rank):
-        total = yield from AdditiveTernaryCodec.step(self, velocity, state, num_workers,
-                                                     rank)
-        return total, None
+    def __repr__(self):
+        return 'MomentumCorrected(%r, momentum=%g)' % (self.inner, self.momentum)

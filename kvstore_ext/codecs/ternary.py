@@ -2,12 +2,12 @@
 others 0, with t = scale * mean|acc| (adaptive) or a fixed threshold (MXNet's 2-bit);
 the quantisation error stays in the residual. v (``value``) is
 
-* ``'t'``: MXNet's rule; a large accumulated value drains only t a step;
-* ``'mean'``: the mean |acc| of the selected values, the least-squares value of the set;
+* ``'t'``: MXNet's rule (dist_sync_2bit); a large accumulated value drains only t a step;
 * ``'round'``: 2t, so that a code is acc rounded to the nearest multiple of 2t (clipped
-  to +-1): the residual of a sent value stays within +-t instead of keeping the tail of
-  the large ones (docs/decisions/hylo-fc-value.md: 'mean' lost 3-4 points of an MLP trained
-  48 steps by 8 workers, 'round' did not).
+  to +-1): the residual of a sent value stays within +-t (Hylo's rule). A former rule,
+  the mean |acc| of the sent values, kept the tail of the large ones in the residual
+  and lost 3-4 points of an MLP trained 48 steps by 8 workers
+  (docs/decisions/hylo-fc-value.md); its number, 1, is refused by the kernels.
 
 The header carries v, so decoders do not depend on the choice. Codes travel as base-3
 digits, 15 per float32 word."""
@@ -16,8 +16,8 @@ from ..ops import op
 from ..wire import ternary_payload_words
 
 
-VALUE_RULES = ('t', 'mean', 'round')      # value_rule 0, 1, 2 of the C++ kernels
-VALUE_TEXT = {'t': '', 'mean': ', value mean|acc| of the sent', 'round': ', value 2t'}
+VALUE_RULES = {'t': 0, 'round': 2}        # value -> value_rule of the C++ kernels
+VALUE_TEXT = {'t': '', 'round': ', value 2t'}
 
 
 class TernaryCodec(GatherCodec):
@@ -41,7 +41,7 @@ class TernaryCodec(GatherCodec):
     def __init__(self, shape, scale=1.0, threshold=0.0, value='t', compressed_reply=False):
         super().__init__(shape)
         if value not in VALUE_RULES:
-            raise ValueError('value must be one of %s, got %r' % (VALUE_RULES, value))
+            raise ValueError('value must be one of %s, got %r' % (tuple(VALUE_RULES), value))
         self.value = value
         self.compressed_reply = bool(compressed_reply)
         if not scale > 0:
@@ -62,14 +62,14 @@ class TernaryCodec(GatherCodec):
     def encode(self, grad, residual):
         payload, status = op('kvx_ternary_encode')(grad, residual, scale=self.scale,
                                                    threshold=self.threshold,
-                                                   value_rule=VALUE_RULES.index(self.value))
+                                                   value_rule=VALUE_RULES[self.value])
         check_encoded(status)
         return payload
 
     def reply_request(self):
         """The servers re-encode sum + their residual with the same rule."""
         return (self.codec_id, self.size, self.scale, self.threshold,
-                float(VALUE_RULES.index(self.value)))
+                float(VALUE_RULES[self.value]))
 
     def describe(self):
         more = VALUE_TEXT[self.value] + \

@@ -4,13 +4,14 @@ import math
 
 from .base import GatherCodec, check_encoded
 from ..ops import op
-from ..wire import topk_payload_words
+from ..wire import HEADER_WORDS, topk_payload_words
 
 
 class FilterTopKCodec(GatherCodec):
     name = 'topk'
     deferred_checks = True
     chunk_by_rows = True
+    reports_sent = True
     codec_id = 2
 
     @staticmethod
@@ -49,6 +50,10 @@ class FilterTopKCodec(GatherCodec):
         check_encoded(status)
         return payload
 
+    def sent_rows(self, payload):
+        """The k filter indices at the payload's head."""
+        return payload[HEADER_WORDS:HEADER_WORDS + self.k]
+
     def reply_request(self):
         """The servers send the top k filters of sum + their residual."""
         return (self.codec_id, self.size, self.k, self.filter_size, 0.0)
@@ -56,5 +61,3 @@ class FilterTopKCodec(GatherCodec):
     def describe(self):
         return 'top %d of %d filters%s' % (self.k, self.shape[0], ', compressed reply'
                                            if self.compressed_reply else '')
-
-

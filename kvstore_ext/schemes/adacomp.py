@@ -35,7 +35,8 @@ Per tensor, after the worker has summed its devices:
 """
 
 from .base import Scheme, SIZE_THRESHOLD
-from ..codecs.adacomp import AdaCompCodec, MomentumAdaCompCodec
+from ..codecs.adacomp import AdaCompCodec
+from ..codecs.momentum import MomentumCorrected
 from ..params import Param
 
 
@@ -63,7 +64,7 @@ class AdaComp(Scheme):
         if self.exempt(shape, dtype):
             return self.uncompressed(shape, dtype)
         bin_len = self.params['bin_conv'] if len(shape) >= 3 else self.params['bin_fc']
+        codec = AdaCompCodec(shape, bin_len, self.params['max_per_bin'])
         if self.params['momentum'] > 0:
-            return MomentumAdaCompCodec(shape, bin_len, self.params['max_per_bin'],
-                                        self.params['momentum'])
-        return AdaCompCodec(shape, bin_len, self.params['max_per_bin'])
+            return MomentumCorrected(codec, self.params['momentum'])
+        return codec

@@ -34,9 +34,8 @@ import math
 import numpy as np
 
 from .base import Scheme
-from ..codecs import (FilterTopKCodec, HighRateMasking, MomentumTopKCodec,
-                      MomentumAdditiveTopKCodec, TernaryCodec, AdditiveTernaryCodec,
-                      AdditiveTopKCodec, MomentumTernaryCodec, MomentumAdditiveTernaryCodec)
+from ..codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterTopKCodec,
+                      HighRateMasking, MomentumCorrected, TernaryCodec)
 from ..params import Param, Removed
 
 log = logging.getLogger('kvstore_ext')
@@ -268,34 +267,28 @@ class Hylo(Scheme):
         self._high_rate.peak = float((state or {}).get('lr_peak', 0.0))
 
     def conv_codec(self, shape, k):
-        """The codec of a conv tensor sending ``k`` filters, in this aggregation mode."""
+        """The codec of a conv tensor sending ``k`` filters, in this aggregation mode,
+        wrapped with DGC's momentum correction (its masking) when it applies."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
-            agreement = self.agreements()[0]
-            if self.corrects_momentum():
-                return MomentumAdditiveTopKCodec(shape, k, agreement, p['momentum'],
-                                                 self.masking())
-            return AdditiveTopKCodec(shape, k, agreement)
+            codec = AdditiveTopKCodec(shape, k, self.agreements()[0])
+        else:
+            codec = FilterTopKCodec(shape, k, p['pull'] == 'compressed')
         if self.corrects_momentum():
-            return MomentumTopKCodec(shape, k, p['pull'] == 'compressed', p['momentum'],
-                                     self.masking())
-        return FilterTopKCodec(shape, k, p['pull'] == 'compressed')
+            return MomentumCorrected(codec, p['momentum'], self.masking())
+        return codec
 
     def fc_codec(self, shape, scale):
         """The ternary codec of an FC (or other large) tensor with t = ``scale`` *
-        mean|acc| (or ``fc_threshold``), in this aggregation mode."""
+        mean|acc| (or ``fc_threshold``), in this aggregation mode, coding the velocity
+        (momentum correction without masking) when ``fc_momentum_correction`` applies."""
         p = self.params
-        velocity = self.corrects_momentum('fc_momentum_correction')
         if p['aggregation'] == 'homomorphic':
-            agreement = self.agreements()[1]
-            if velocity:
-                return MomentumAdditiveTernaryCodec(shape, scale, p['fc_threshold'],
-                                                    agreement, FC_VALUE, p['momentum'])
-            return AdditiveTernaryCodec(shape, scale, p['fc_threshold'], agreement,
-                                        FC_VALUE)
-        compressed = p['pull'] == 'compressed'
-        if velocity:
-            return MomentumTernaryCodec(shape, scale, p['fc_threshold'], FC_VALUE,
-                                        compressed, p['momentum'])
-        return TernaryCodec(shape, scale=scale, threshold=p['fc_threshold'],
-                            value=FC_VALUE, compressed_reply=compressed)
+            codec = AdditiveTernaryCodec(shape, scale, p['fc_threshold'],
+                                         self.agreements()[1], FC_VALUE)
+        else:
+            codec = TernaryCodec(shape, scale=scale, threshold=p['fc_threshold'],
+                                 value=FC_VALUE, compressed_reply=p['pull'] == 'compressed')
+        if self.corrects_momentum('fc_momentum_correction'):
+            return MomentumCorrected(codec, p['momentum'], masking=False)
+        return codec

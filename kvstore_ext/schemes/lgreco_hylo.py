@@ -48,6 +48,7 @@ from . import layerwise
 from .hylo import Hylo
 from .layerwise import LayerwiseChoice
 from .. import chunking
+from ..codecs.base import innermost
 from ..codecs import (FilterTopKCodec, TernaryCodec, AdditiveTernaryCodec,
                       AdditiveTopKCodec)
 from ..params import Param
@@ -102,9 +103,9 @@ class LGreCoHylo(LayerwiseChoice, Hylo):
     def layer_default(self, shape, dtype):
         codec = self.codec_for(shape, dtype, step=self.steady_step())
         knobs = self.params['knobs']
-        if isinstance(codec, CONV_CODECS) and knobs != 'fc':
+        if isinstance(innermost(codec), CONV_CODECS) and knobs != 'fc':
             return codec.k
-        if isinstance(codec, FC_CODECS) and knobs != 'conv' and \
+        if isinstance(innermost(codec), FC_CODECS) and knobs != 'conv' and \
                 not self.params['fc_threshold'] > 0:
             return codec.scale
         return None

@@ -37,7 +37,7 @@ Per tensor, after the worker has summed its devices:
 """
 
 from .base import Scheme, SIZE_THRESHOLD
-from ..codecs import ElementTopKCodec, MomentumElementTopKCodec
+from ..codecs import ElementTopKCodec, MomentumCorrected
 from ..params import Param
 
 
@@ -78,5 +78,5 @@ class TopK(Scheme):
             return self.uncompressed(shape, dtype)
         ratio = self.ratio_at(step)
         if self.params['momentum'] > 0:
-            return MomentumElementTopKCodec(shape, ratio, self.params['momentum'])
+            return MomentumCorrected(ElementTopKCodec(shape, ratio), self.params['momentum'])
         return ElementTopKCodec(shape, ratio)

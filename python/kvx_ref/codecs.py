@@ -223,29 +223,18 @@ def _ternary_residual(acc, codes, t):
     return (acc.reshape(-1) - codes.astype(f32) * f32(t)).astype(f32).reshape(acc.shape)
 
 
-def mean_above(acc, t):
-    """mean |acc| over |acc| >= t (t if none): float64 summed in element order, then
-    float32 (the least-squares value of the values a threshold selects)."""
-    mag = np.abs(acc.reshape(-1))
-    sel = mag[mag >= t].astype(np.float64)
-    if sel.size == 0:
-        return f32(t)
-    return f32(np.cumsum(sel)[-1] / sel.size)
-
-
-TERNARY_VALUES = ('t', 'mean', 'round')     # value_rule 0, 1, 2 of kvx_ternary_encode
+# value -> value_rule of kvx_ternary_encode (1, a former rule, is refused there)
+TERNARY_VALUES = {'t': 0, 'round': 2}
 
 
 def ternary_value(acc, t, value, capped=False):
-    """What a nonzero code stands for: t (``'t'``, MXNet's rule), the mean |acc| of the
-    selected values (``'mean'``), or 2t (``'round'``: the code is acc rounded to the
-    nearest multiple of 2t, clipped to +-1, so a sent value's residual stays in [-t, t]).
-    t under every rule when the delivery cap decided t (``capped_threshold``).
+    """What a nonzero code stands for: t (``'t'``, MXNet's rule) or 2t (``'round'``:
+    the code is acc rounded to the nearest multiple of 2t, clipped to +-1, so a sent
+    value's residual stays in [-t, t]). t under every rule when the delivery cap
+    decided t (``capped_threshold``).
     """
     if capped:
         return f32(t)
-    if value == 'mean' and t > 0:
-        return mean_above(acc, t)
     if value == 'round':
         with np.errstate(over='ignore'):
             return f32(2) * f32(t)
@@ -261,7 +250,7 @@ def ternary_encode(grad, residual, scale, threshold=0.0, value='t'):
     is a v = 2t that does; with a fixed t that is BAD_PARAM.
     """
     if value not in TERNARY_VALUES:
-        raise ValueError('value must be one of %s' % (TERNARY_VALUES,))
+        raise ValueError('value must be one of %s' % (tuple(TERNARY_VALUES),))
     if not (np.isfinite(scale) and scale >= 0 and _finite_f32(threshold) and threshold >= 0):
         raise ValueError('scale and threshold must be finite and >= 0 (threshold in float32)')
     acc = _acc(grad, residual)
@@ -353,14 +342,13 @@ def ternary_decode_sum(words, threshold, num_workers, n):
 
 def agreed_ternary(stats, scale, value, num_workers, size):
     """(t, v) of the homomorphic FC from the agreement summed over workers, ``stats`` =
-    [sum|acc|, max|acc|] (value 't', 'round') or [sum|acc|, sum and count of |acc| >=
-    each worker's own t, max|acc|] ('mean'), as float64.
+    [sum|acc|, max|acc|], as float64.
 
     t = scale * total / (num_workers * size), capped at the mean of the workers' maxima
     C = sum max / num_workers: the worker with the largest max has max >= C, so unless
     every acc is zero some worker sends, and a worker whose residual keeps growing
     passes C in time. Capped (t >= C), t = C and v = t under every rule; else v = 2t
-    ('round'), t ('t') or max(mean of the selected, t) ('mean'). A non-finite t (a
+    ('round') or t ('t'). A non-finite t (a
     worker's NaN/Inf) is 0. Float32 values, as every worker computes them."""
     stats = np.asarray(stats, np.float64)
     t = f32(scale * stats[0] / (num_workers * size))
@@ -369,9 +357,6 @@ def agreed_ternary(stats, scale, value, num_workers, size):
         return 0.0, 0.0
     if t >= cap:
         return float(cap), float(cap)
-    if value == 'mean' and stats[2] > 0:
-        v = f32(stats[1] / stats[2])
-        return float(t), float(max(v, t) if np.isfinite(v) else t)
     if value == 'round':
         v = f32(2) * t
         return float(t), float(v if np.isfinite(v) else t)

@@ -107,3 +107,22 @@ def momentum_ternary_step(grads, residuals, velocities, delivered, scale, m, val
     return _step(grads, residuals, velocities, delivered, m, False,
                  lambda u, r: ternary_encode(u, r, scale, value=value), ternary_decode,
                  nothing_masked)
+
+
+def momentum_fp16_step(grads, residuals, velocities, delivered, m):
+    """dist_sync_fp16's float16 codec (codecs.fp16_encode) coding the velocity, never
+    masked: the correction around a codec that says nothing of what it sent
+    (kvstore_ext's ``MomentumCorrected`` wraps any codec)."""
+    from .codecs import fp16_encode
+    workers = len(grads)
+
+    def encode(u, residual):
+        return fp16_encode(u, residual, workers)
+
+    def decode(payload, n):
+        return np.asarray(payload, np.float32).reshape(-1), 0
+
+    def nothing_masked(payload, grad):
+        return grad.size, np.zeros(0, np.int64)
+    return _step(grads, residuals, velocities, delivered, m, False,
+                 encode, decode, nothing_masked)

@@ -32,10 +32,13 @@ def main():
         loss.backward()
         trainer.step(2 * kv.num_workers)
     conv = next(k for k in kv.codec_plan() if kv.plan(k).layer == 'conv')
+    codec = kv.plan(conv).chunks[0].codec
+    inner = getattr(codec, 'inner', None)
+    name = type(codec).__name__ + ('(%s)' % type(inner).__name__ if inner else '')
     with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:
         rate = kv.scheme.learning_rate
         json.dump({'params': kv.scheme.params, 'rate': rate() if rate else None,
-                   'conv_codec': type(kv.plan(conv).chunks[0].codec).__name__}, f)
+                   'conv_codec': name}, f)
 
 
 if __name__ == '__main__':
