@@ -215,3 +215,14 @@ def test_dist_measured_rate_every_worker_decides_the_same(tmp_path, job_env):
     assert a['stats'] == b['stats']
     for key in weights[0]:
         assert np.array_equal(weights[0][key], weights[1][key]), key
+
+
+def test_dist_link_rate_differs_is_refused(job_env):
+    """Workers given different rates would choose differently: every worker raises at
+    the first key, naming link_rate (fingerprint.py)."""
+    import test_dist_config_mismatch as mismatch
+    proc, seconds = mismatch.launch(job_env, '--rank0-params',
+                                    '{"policy": "auto", "link_rate": 1e9}')
+    message = mismatch.assert_every_worker_raised(proc, seconds, 'bias')
+    assert 'parameter link_rate: rank 0 has 1e+09; rank 1 has 0' in message or \
+        'parameter link_rate' in message, message

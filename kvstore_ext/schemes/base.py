@@ -14,8 +14,6 @@ COMMON_PARAMS = {
                         low=1024, rank='leave'),
 }
 
-# The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
-# everywhere, so that a comparison of schemes compresses the same tensors.
 # policy='auto' (kvstore_ext/policy.py), for a scheme that offers it
 POLICY_PARAMS = {
     'policy': Param('str', 'compress', "'compress': every tensor the scheme compresses is "
@@ -26,9 +24,12 @@ POLICY_PARAMS = {
     'link_rate': Param('float', 0.0, "policy='auto': every node's link rate in bits/s "
                        '(e.g. 1e9); 0: measured on the init/broadcast rounds and the first '
                        'step (sent float32), agreed by the workers, measured again every '
-                       '%d steps on the tensors sent float32' % _policy.REMEASURE_STEPS, low=0, rank='leave'),
+                       '%d steps on the tensors sent float32' % _policy.REMEASURE_STEPS,
+                       low=0, rank='leave'),
 }
 
+# The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
+# everywhere, so that a comparison of schemes compresses the same tensors.
 SIZE_THRESHOLD = Param('int', 32768, 'tensors with fewer elements go uncompressed (biases, '
                        'small layers); the same default in every scheme, so that all '
                        'compress the same tensors', low=0, rank='leave')
