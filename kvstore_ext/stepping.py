@@ -10,7 +10,7 @@ import numpy as np
 
 from mxnet.context import cpu
 
-from . import chunking
+from . import chunking, policy
 from .codecs.base import GatherCodec
 from .errors import NonFiniteGradientError
 from .rounds import drive
@@ -29,8 +29,7 @@ def run(store, state, values, outs, step):
     if state.plain:
         if state.flush is not None:
             _flush_into(state, values[0])
-        pushed, pulled = store._transport.pushpull_plain(state.key, state.chunks,
-                                                         values, outs)
+        pushed, pulled = policy.pushpull_plain(store, state, values, outs, step)
         store._stats.record(state.key, state.raw_bytes, pushed, pulled)
         return
     grad = sum_devices(values)

@@ -40,8 +40,8 @@ from mxnet.kvstore import KVStoreBase
 from mxnet import ndarray
 from mxnet.context import cpu
 
-from . import (calls, inspection, mxnet_keys, planning, resume_workers, shutdown, sparse, stepping,
-               void_steps)
+from . import (calls, inspection, mxnet_keys, planning, policy, resume_workers, shutdown, sparse,
+               stepping, void_steps)
 from .handover import Handover
 from .memory import StateMemory
 from .params import as_params
@@ -171,7 +171,7 @@ class CompressedKVStore(KVStoreBase):
         value = value[0] if isinstance(value, (list, tuple)) else value
         state = self._declare(key, value)
         planning.agree(self, state)
-        result = self._transport.broadcast(key, value.as_in_context(cpu()))
+        result = policy.broadcast(self, key, value.as_in_context(cpu()))
         for o in calls.as_list(out):
             self._check_out(key, o)
             stepping.copy_into(result, o)
@@ -229,7 +229,7 @@ class CompressedKVStore(KVStoreBase):
         value = value[0] if isinstance(value, (list, tuple)) else value
         state = self._declare(key, value)
         planning.agree(self, state)
-        state.stored = self._transport.broadcast(key, value.as_in_context(cpu())).copy()
+        state.stored = policy.broadcast(self, key, value.as_in_context(cpu())).copy()
 
     def push(self, key, value, priority=0):
         """One round of ``key``, as ``pushpull`` runs it: ``value`` (an array, or one

@@ -2,6 +2,7 @@
 import numpy as np
 
 from .. import params as _params
+from .. import policy as _policy
 from ..codecs import FP32Codec
 from ..params import Param
 
@@ -11,6 +12,20 @@ COMMON_PARAMS = {
                         'larger tensors are cut and spread over the servers; lower it to '
                         'spread a model with few large tensors over more servers',
                         low=1024, rank='leave'),
+}
+
+# policy='auto' (kvstore_ext/policy.py), for a scheme that offers it
+POLICY_PARAMS = {
+    'policy': Param('str', 'compress', "'compress': every tensor the scheme compresses is "
+                    "compressed; 'auto': per tensor, at its first step, float32 or "
+                    "compressed, whichever the cost model (docs/COST_MODEL.md) predicts "
+                    "faster at link_rate, with the shipped kernel timings",
+                    choices=('compress', 'auto'), rank='leave'),
+    'link_rate': Param('float', 0.0, "policy='auto': every node's link rate in bits/s "
+                       '(e.g. 1e9); 0: measured on the init/broadcast rounds and the first '
+                       'step (sent float32), agreed by the workers, measured again every '
+                       '%d steps on the tensors sent float32' % _policy.REMEASURE_STEPS,
+                       low=0, rank='leave'),
 }
 
 # The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
@@ -99,6 +114,7 @@ class Scheme:
         depend on. ``share(array)`` returns the float32 sum of ``array`` over the
         workers (a round through the transport; every worker must call it as often and
         with the same shape); a worker that should not contribute passes zeros."""
+        self.settle_policy(share)
 
     def state(self):
         """What the policy decided from measurements and must survive a checkpoint
@@ -121,6 +137,49 @@ class Scheme:
         the same tensors alone and a comparison of schemes compares the same layers."""
         size = int(np.prod(shape)) if len(shape) else 1
         return np.dtype(dtype) != np.float32 or size < self.params['size_threshold']
+
+    # -- policy='auto' (kvstore_ext/policy.py): float32 or compressed, per key -----
+    # A scheme offering it declares POLICY_PARAMS, passes its compressing codecs
+    # through ``by_policy`` and lets ``replans_at`` hold where ``policy_replans_at`` does.
+    link_meter = None           # this worker's measured link rate (link_rate=0)
+    agreed_rate = 0.0           # bits/s the workers agreed on (link_rate=0)
+
+    def by_policy(self, codec, step):
+        """``codec``, or float32 where policy='auto' predicts that faster (policy.py):
+        the given ``link_rate``, else the agreed measured one (float32 until agreed)."""
+        if self.params.get('policy', 'compress') != 'auto':
+            return codec
+        rate = self.params['link_rate'] or self.agreed_rate
+        if rate <= 0:
+            return self.uncompressed(codec.shape, np.float32) if step == 0 else codec
+        if _policy.compresses(codec, self.num_workers, _policy.servers(), rate,
+                              self.params['chunk_size']):
+            return codec
+        return self.uncompressed(codec.shape, np.float32)
+
+    def measures_link(self, step):
+        """True if this worker times its rounds of ``step`` (init/broadcast: 0): with
+        policy='auto' and link_rate=0, at the first step and the step before a re-plan."""
+        if self.params.get('policy', 'compress') != 'auto' or self.params['link_rate']:
+            return False
+        if self.link_meter is None:
+            self.link_meter = _policy.LinkMeter()
+        return step == 0 or (step + 1) % _policy.REMEASURE_STEPS == 0
+
+    def policy_replans_at(self, step):
+        """Steps where policy='auto' with a measured rate re-plans: the first after the
+        measured first step, then every REMEASURE_STEPS."""
+        return self.measures_link(0) and (step == 1 or step % _policy.REMEASURE_STEPS == 0)
+
+    def settle_policy(self, share):
+        """Agree on the measured rate (one Sum round); keep the agreed one unless it
+        moved by more than policy.RATE_CHANGE times."""
+        if not self.policy_replans_at(1):
+            return
+        rate = _policy.agree_rate(self.link_meter, self.num_workers, share)
+        self.link_meter.restart()
+        if rate > 0 and (self.agreed_rate <= 0 or _policy.changed(self.agreed_rate, rate)):
+            self.agreed_rate = rate
 
     @staticmethod
     def uncompressed(shape, dtype):

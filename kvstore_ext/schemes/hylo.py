@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from .base import Scheme
+from .base import POLICY_PARAMS, Scheme
 from ..codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterTopKCodec,
                       HighRateMasking, MomentumCorrected, TernaryCodec)
 from ..params import Param, Removed
@@ -150,6 +150,7 @@ class Hylo(Scheme):
                       "with the same codec and a residual of their own: fewer bytes, "
                       "lower accuracy at 8 workers); homomorphic pulls are always "
                       "compressed", choices=('float32', 'compressed'), rank='leave'),
+        **POLICY_PARAMS,
         'conv_rate': Param('float', None, 'a fixed share of filters for every conv layer '
                            'instead of the layer-adaptive rate (overrides conv_rate_min/'
                            'max): for comparisons with a fixed-rate top-k', low=0,
@@ -211,7 +212,7 @@ class Hylo(Scheme):
         return min(max(k, 1), filters)
 
     def replans_at(self, step):
-        return step == self.params['warmup_steps'] > 0
+        return step == self.params['warmup_steps'] > 0 or self.policy_replans_at(step)
 
     def codec_for(self, shape, dtype, step=0):
         if self.exempt(shape, dtype) or step < self.params['warmup_steps']:
@@ -221,8 +222,8 @@ class Hylo(Scheme):
             if k == shape[0]:
                 # all filters (a rate of 1): float32, no indices
                 return self.uncompressed(shape, dtype)
-            return self.conv_codec(shape, k)
-        return self.fc_codec(shape, self.params['fc_scale'])
+            return self.by_policy(self.conv_codec(shape, k), step)
+        return self.by_policy(self.fc_codec(shape, self.params['fc_scale']), step)
 
     def agreements(self):
         """(conv, FC) agreement of the homomorphic codecs: 'previous' or 'round'."""

@@ -45,6 +45,7 @@ import math
 import numpy as np
 
 from . import layerwise
+from .base import POLICY_PARAMS
 from .hylo import Hylo
 from .layerwise import LayerwiseChoice
 from .. import chunking
@@ -89,7 +90,9 @@ def ternary_error(values, scale):
 class LGreCoHylo(LayerwiseChoice, Hylo):
     name = 'lgreco_hylo'
     family = 'Hylo knobs'
-    PARAMS = dict(Hylo.PARAMS, **layerwise.PARAMS, **{
+    # policy='auto' (policy.py) is Hylo's own: the layer-wise choice plans every key here
+    PARAMS = dict({k: p for k, p in Hylo.PARAMS.items() if k not in POLICY_PARAMS},
+                  **layerwise.PARAMS, **{
         'knobs': Param('str', 'all', "which layers are chosen for: 'all', 'conv' (filter "
                        "counts) or 'fc' (threshold scales); the others keep Hylo's "
                        "defaults", choices=('all', 'conv', 'fc'), rank='leave'),

@@ -1,0 +1,151 @@
+"""policy='auto': per key, send it as it is (float32) or compressed, whichever the cost
+model predicts faster at the job's link rate.
+
+Why: on a fast link a codec's encode and decode take longer than the bytes it saves
+(Agarwal et al., MLSys 2022; docs/COST_MODEL.md), on a slow link the bytes win. The
+answer differs per tensor (a small conv layer pays the codec's fixed cost per call, a
+large FC layer saves megabytes), so it is made per key, when the key is planned.
+
+The rule (``compresses``): for the key's codec ``c`` and float32 ``r`` of the same
+shape, at ``workers`` workers, ``servers`` servers and link rate ``B`` (``cost.cost``,
+each tensor as if it travelled alone, no latency):
+
+    compressed  iff  codec(c) + servers(c) + wire(c, B)  <  wire(r, B)
+
+``codec``: the worker's encode and decode; ``servers``: the servers' decoding in
+server mode (0 for homomorphic keys, whose servers only add); ``wire``: the busier of
+the worker's and the servers' links, bytes each way. Assumed as docs/COST_MODEL.md
+states: nothing overlaps (codec time adds to the wire time; a key's communication
+does not hide behind compute), no latency (both choices pay a round trip; an agreement
+round's extra one is left out), a codec whose speed is not in the shipped table is
+kept compressed (the scheme's own choice).
+
+Every worker must decide the same, or the workers would push different codecs under
+one key (a hang or garbage). The inputs are: the shape, the scheme's parameters (held
+equal by fingerprint.py), the workers, the servers (``DMLC_NUM_SERVER``, the same on
+every worker by the launcher), the *shipped* kernel timings (``cost.KERNEL_TIMES``,
+never a calibration made on one host) and the rate. A given ``link_rate`` is a
+parameter, so equal too. With ``link_rate=0`` the rate is measured on each worker
+(``LinkMeter``: the init/broadcast rounds every worker runs, bytes over seconds) and
+agreed by one Sum round (``agree_rate``: the mean of the workers' rates), through the
+scheme's re-plan path (``Scheme.settle``); until then a key goes float32.
+"""
+import os
+import time
+
+import numpy as np
+
+# The agreed rate is measured again this often (steps); a key is re-planned when the
+# newly agreed rate differs by more than RATE_CHANGE times from the one its plan used.
+REMEASURE_STEPS = 100
+RATE_CHANGE = 2.0
+
+
+def servers():
+    """Servers of this job: the launcher gives every worker the same DMLC_NUM_SERVER."""
+    return max(int(os.environ.get('DMLC_NUM_SERVER', '1')), 1)
+
+
+def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20):
+    """True if ``codec`` (compressing) is predicted faster than float32 for its tensor
+    at ``rate_bits`` bits/s (module docstring). Only shipped timings enter."""
+    from . import cost
+    from .codecs import FP32Codec
+    if codec.passthrough:
+        return False
+    link = cost.Link(rate_bits / 8.0)
+    speeds = cost.KernelSpeeds()            # the shipped table, the same on every host
+    packed = cost.cost(codec, workers, servers, link, speeds, chunk_size)
+    if packed.codec_seconds is None:
+        return True
+    raw = cost.cost(FP32Codec(codec.shape), workers, servers, link, speeds, chunk_size)
+    return (packed.codec_seconds + packed.server_seconds + packed.wire_seconds
+            < raw.wire_seconds)
+
+
+def crossover(codec, workers, servers, chunk_size=1 << 20):
+    """The link rate (bits/s) below which ``codec`` is predicted faster than float32
+    (inf if always, 0 if never): raw wire = codec + compressed wire, solved for B."""
+    from . import cost
+    from .codecs import FP32Codec
+    link = cost.Link(1.0)                   # 1 byte/s: wire seconds = busiest bytes
+    packed = cost.cost(codec, workers, servers, link, cost.KernelSpeeds(), chunk_size)
+    if packed.codec_seconds is None:
+        return float('inf')
+    raw = cost.cost(FP32Codec(codec.shape), workers, servers, link, None, chunk_size)
+    saved = raw.wire_seconds - packed.wire_seconds     # bytes saved on the busiest link
+    spent = packed.codec_seconds + packed.server_seconds
+    if saved <= 0:
+        return 0.0
+    return float('inf') if spent <= 0 else 8.0 * saved / spent
+
+
+class LinkMeter:
+    """This worker's measured link rate: bytes and seconds of rounds it timed."""
+
+    def __init__(self):
+        self.bytes = self.seconds = 0.0
+
+    def add(self, nbytes, seconds):
+        self.bytes += nbytes
+        self.seconds += seconds
+
+    def rate_bits(self):
+        """Bits/s measured so far (0 if nothing was timed)."""
+        return 8.0 * self.bytes / self.seconds if self.seconds > 0 else 0.0
+
+    def restart(self):
+        self.bytes = self.seconds = 0.0
+
+
+def agree_rate(meter, workers, share):
+    """One Sum round: the mean of the workers' measured rates (bits/s), the same number
+    on every worker. A worker that timed nothing contributes 0 and is not counted."""
+    from mxnet import ndarray
+    mine = meter.rate_bits()
+    total = share(ndarray.array([mine / 1e6, 1.0 if mine > 0 else 0.0],
+                                dtype=np.float32)).asnumpy()
+    counted = float(total[1])
+    return 1e6 * float(total[0]) / counted if counted > 0 else 0.0
+
+
+def changed(old, new):
+    """True if the agreed rate moved by more than RATE_CHANGE times."""
+    if old <= 0 or new <= 0:
+        return old != new
+    return max(old / new, new / old) > RATE_CHANGE
+
+
+# ---- the store's rounds, timed while the scheme measures the link ----------------------
+
+def _meter(store, step):
+    scheme = store._scheme
+    return scheme.link_meter if scheme.measures_link(step) else None
+
+
+def broadcast(store, key, value):
+    """``store._transport.broadcast`` (init, broadcast): rank 0's value, timed until it
+    is here when the scheme measures the link (2 x its bytes: pushed by rank 0, pulled
+    by every worker)."""
+    meter = _meter(store, 0)
+    if meter is None:
+        return store._transport.broadcast(key, value)
+    start = time.perf_counter()
+    out = store._transport.broadcast(key, value)
+    out.wait_to_read()
+    meter.add(2 * value.size * np.dtype(value.dtype).itemsize, time.perf_counter() - start)
+    return out
+
+
+def pushpull_plain(store, state, values, outs, step):
+    """``store._transport.pushpull_plain`` of a key sent as it is: (bytes pushed,
+    pulled), timed until its sum is in ``outs`` when the scheme measures the link."""
+    meter = _meter(store, step)
+    if meter is None:
+        return store._transport.pushpull_plain(state.key, state.chunks, values, outs)
+    start = time.perf_counter()
+    pushed, pulled = store._transport.pushpull_plain(state.key, state.chunks, values, outs)
+    for o in outs:
+        o.wait_to_read()
+    meter.add(pushed + pulled, time.perf_counter() - start)
+    return pushed, pulled

@@ -1,0 +1,228 @@
+"""policy='auto' (kvstore_ext/policy.py): per key, float32 or Hylo's codec, whichever
+the cost model predicts faster at the link rate; every worker decides the same.
+
+The decision is checked against kvstore_ext/cost.py itself; the real jobs (2 workers,
+1 server, python -m kvstore_ext.launch) check what travels: with a huge link_rate
+exactly dist_sync_none's bytes and weights, with a tiny one the default Hylo's bytes,
+with a measured one (link_rate=0) the same plan on every worker."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import kvstore_ext  # noqa: F401  (registers the schemes)
+from kvstore_ext import cost, policy
+from kvstore_ext.codecs import FP32Codec
+from kvstore_ext.schemes import Hylo
+
+from test_dist_aggregate import launch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, 'dist_jobs', 'policy_job.py')
+f32 = np.float32
+# a large conv layer (top-k filters) and a large FC layer (ternary)
+SHAPES = [(512, 256, 3, 3), (4096, 1024)]
+
+
+def model_says_compress(codec, workers, servers, rate_bits):
+    """The cost model's comparison, written out: codec + servers + wire against float32's
+    wire, each tensor alone, at ``rate_bits``."""
+    link = cost.Link(rate_bits / 8)
+    packed = cost.cost(codec, workers, servers, link)
+    raw = cost.cost(FP32Codec(codec.shape), workers, servers, link)
+    return packed.codec_seconds + packed.server_seconds + packed.wire_seconds < \
+        raw.wire_seconds
+
+
+MODES = [{}, {'aggregation': 'server', 'pull': 'compressed'}]
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('shape', SHAPES)
+def test_fast_link_raw_slow_link_compressed(shape, mode):
+    default = Hylo(**mode)
+    default.num_workers = 4
+    want = default.codec_for(shape, f32)
+    assert not want.passthrough
+    for rate, compressed in ((1e13, False), (1e6, True)):
+        scheme = Hylo(policy='auto', link_rate=rate, **mode)
+        scheme.num_workers = 4
+        got = scheme.codec_for(shape, f32)
+        assert got.passthrough is not compressed
+        assert model_says_compress(want, 4, 1, rate) is compressed
+        if compressed:
+            assert got.describe() == want.describe()
+    # the default policy compresses whatever the link
+    assert not Hylo(link_rate=1e13).codec_for(shape, f32).passthrough
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+def test_float32_pulls_never_pay(shape):
+    """Server mode pulling float32: the busiest link carries the float32 sum either
+    way, so the model predicts float32 faster at every rate (codec time for nothing)."""
+    for rate in (1e6, 1e9, 1e12):
+        scheme = Hylo(aggregation='server', policy='auto', link_rate=rate)
+        scheme.num_workers = 4
+        assert scheme.codec_for(shape, f32).passthrough
+        assert not model_says_compress(Hylo(aggregation='server').codec_for(shape, f32),
+                                       4, 1, rate)
+
+
+@pytest.mark.parametrize('workers,servers', [(2, 1), (8, 2)])
+@pytest.mark.parametrize('shape', SHAPES)
+def test_the_switch_is_where_the_model_crosses(shape, workers, servers):
+    """On a grid of rates the decision is the model's at every rate, switches once,
+    and crossover() lies between the two rates where it switches."""
+    scheme = Hylo()
+    scheme.num_workers = workers
+    codec = scheme.codec_for(shape, f32)
+    rates = np.logspace(6, 13, 141)
+    got = [policy.compresses(codec, workers, servers, r) for r in rates]
+    assert got == [model_says_compress(codec, workers, servers, r) for r in rates]
+    switches = [i for i in range(1, len(got)) if got[i] != got[i - 1]]
+    assert len(switches) == 1 and got[0] and not got[-1]
+    at = policy.crossover(codec, workers, servers)
+    assert rates[switches[0] - 1] <= at <= rates[switches[0]]
+    assert policy.compresses(codec, workers, servers, at * 0.999)
+    assert not policy.compresses(codec, workers, servers, at * 1.001)
+
+
+def test_small_and_exempt_tensors_are_untouched():
+    scheme = Hylo(policy='auto', link_rate=1e6)
+    assert scheme.codec_for((64,), f32).passthrough
+    assert scheme.codec_for((100, 100), np.float16).passthrough
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError, match='policy'):
+        Hylo(policy='fast')
+    with pytest.raises(ValueError, match='link_rate'):
+        Hylo(link_rate=-1.0)
+
+
+def test_measured_rate_is_agreed_as_the_mean():
+    """agree_rate: one Sum round; workers that timed nothing are not counted."""
+    meters = []
+    for rate in (4e9, 2e9, 0.0):
+        m = policy.LinkMeter()
+        if rate:
+            m.add(rate / 8, 1.0)
+        meters.append(m)
+
+    from mxnet import ndarray
+    contributions = []          # what each worker pushes into the Sum round
+    for m in meters:
+        policy.agree_rate(m, 3, lambda a: contributions.append(a.asnumpy()) or a)
+    total = np.sum(contributions, axis=0)
+    values = [policy.agree_rate(m, 3, lambda a: ndarray.array(total, dtype=f32))
+              for m in meters]
+    assert values[0] == values[1] == values[2]
+    assert values[0] == pytest.approx(3e9, rel=1e-6)
+
+
+def test_rate_change_threshold():
+    assert not policy.changed(1e9, 1.9e9) and not policy.changed(1e9, 0.6e9)
+    assert policy.changed(1e9, 2.1e9) and policy.changed(1e9, 0.4e9)
+
+
+def test_measured_rate_replans_through_settle():
+    """link_rate=0: float32 at the first step, re-planned at step 1 by the agreed rate,
+    and again every REMEASURE_STEPS steps only if it moved by more than RATE_CHANGE."""
+    scheme = Hylo(policy='auto', link_rate=0.0)
+    scheme.num_workers = 2
+    shape = SHAPES[0]
+    assert scheme.codec_for(shape, f32, step=0).passthrough
+    assert scheme.measures_link(0) and not scheme.measures_link(1)
+    assert scheme.replans_at(1) and not scheme.replans_at(2)
+    assert scheme.replans_at(policy.REMEASURE_STEPS)
+    assert scheme.measures_link(policy.REMEASURE_STEPS - 1)
+    from mxnet import ndarray
+
+    def share_with(other_bits):
+        def share(array):
+            mine = array.asnumpy()
+            return ndarray.array(mine + np.array([other_bits / 1e6, 1], f32), dtype=f32)
+        return share
+
+    scheme.link_meter.add(1e6 / 8, 1.0)           # 1 Mbit/s here, 3 Mbit/s there
+    scheme.settle(1, 0, share_with(3e6))
+    assert scheme.agreed_rate == pytest.approx(2e6)
+    assert not scheme.codec_for(shape, f32, step=1).passthrough     # slow: compressed
+    scheme.link_meter.add(2e6 / 8, 1.0)           # 1.5x faster: kept
+    scheme.settle(100, 0, share_with(4e6))
+    assert scheme.agreed_rate == pytest.approx(2e6)
+    scheme.link_meter.add(1e13 / 8, 1.0)          # a million times faster: re-planned
+    scheme.settle(200, 0, share_with(1e13))
+    assert scheme.agreed_rate == pytest.approx(1e13, rel=1e-3)
+    assert scheme.codec_for(shape, f32, step=200).passthrough
+
+
+def test_given_rate_does_not_measure():
+    scheme = Hylo(policy='auto', link_rate=1e9)
+    assert not scheme.measures_link(0) and not scheme.replans_at(1)
+    assert not Hylo().measures_link(0)
+
+
+# ---- real jobs -------------------------------------------------------------------------
+
+def run_job(tmp_path, job_env, kvstore, params, steps=3):
+    out = tmp_path / kvstore.replace(':', '_') / str(len(os.listdir(str(tmp_path))))
+    out.mkdir(parents=True)
+    launch(out, job_env, 2, 1, [JOB, '--kvstore', kvstore, '--params', json.dumps(params),
+                                '--steps', str(steps), '--out', str(out)])
+    infos = [json.load(open(str(out / ('rank%d.json' % w)))) for w in range(2)]
+    weights = [dict(np.load(str(out / ('rank%d.npz' % w)))) for w in range(2)]
+    return infos, weights
+
+
+BASE = {'size_threshold': 100}
+
+
+def test_dist_huge_link_rate_is_dist_sync(tmp_path, job_env):
+    auto, auto_w = run_job(tmp_path, job_env, 'dist_sync_hylo',
+                           dict(BASE, policy='auto', link_rate=1e15))
+    plain, plain_w = run_job(tmp_path, job_env, 'dist_sync_none', {})
+    for rank in range(2):
+        for step, plan in auto[rank]['compressed'].items():
+            assert not any(plan.values()), (rank, step, plan)
+        assert auto[rank]['stats'] == plain[rank]['stats']
+        assert auto[rank]['stats']['push_bytes'] == auto[rank]['stats']['raw_bytes']
+        for key in plain_w[rank]:
+            assert np.array_equal(auto_w[rank][key], plain_w[rank][key]), key
+
+
+def test_dist_tiny_link_rate_is_default_hylo(tmp_path, job_env):
+    auto, auto_w = run_job(tmp_path, job_env, 'dist_sync_hylo',
+                           dict(BASE, policy='auto', link_rate=1e3))
+    hylo, hylo_w = run_job(tmp_path, job_env, 'dist_sync_hylo', BASE)
+    for rank in range(2):
+        assert auto[rank]['compressed'] == hylo[rank]['compressed']
+        assert any(auto[rank]['compressed']['0'].values())
+        assert auto[rank]['stats'] == hylo[rank]['stats']
+        assert auto[rank]['stats']['push_bytes'] < auto[rank]['stats']['raw_bytes']
+        for key in hylo_w[rank]:
+            assert np.array_equal(auto_w[rank][key], hylo_w[rank][key]), key
+
+
+def test_dist_measured_rate_every_worker_decides_the_same(tmp_path, job_env):
+    infos, weights = run_job(tmp_path, job_env, 'dist_sync_hylo',
+                             dict(BASE, policy='auto', link_rate=0), steps=4)
+    a, b = infos
+    assert not any(a['compressed']['0'].values())        # measured: float32 first
+    assert a['compressed'] == b['compressed']
+    assert a['rate'] == b['rate'] and a['rate']['1'] > 0
+    assert a['stats'] == b['stats']
+    for key in weights[0]:
+        assert np.array_equal(weights[0][key], weights[1][key]), key
+
+
+def test_dist_link_rate_differs_is_refused(job_env):
+    """Workers given different rates would choose differently: every worker raises at
+    the first key, naming link_rate (fingerprint.py)."""
+    import test_dist_config_mismatch as mismatch
+    proc, seconds = mismatch.launch(job_env, '--rank0-params',
+                                    '{"policy": "auto", "link_rate": 1e9}')
+    message = mismatch.assert_every_worker_raised(proc, seconds, 'bias')
+    assert 'parameter link_rate: rank 0 has 1000000000.0; rank 1 has 0.0' in message, message
+    assert "parameter policy: rank 0 has 'auto'; rank 1 has 'compress'" in message, message
