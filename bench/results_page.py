@@ -17,7 +17,6 @@ Standard library only: bench/promise.py's summarize() and t-bounds are loaded by
 import argparse
 import importlib.util
 import json
-import math
 import os
 import statistics
 import textwrap
@@ -85,15 +84,6 @@ def table(head, rows, align=None):
     out = ['| ' + ' | '.join(head) + ' |', '|' + '|'.join(align) + '|']
     out += ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows]
     return '\n'.join(out)
-
-
-def bound_of(values):
-    """Mean, std and one-sided 95% upper t-bound of paired values (None: one value)."""
-    mean = statistics.mean(values)
-    if len(values) < 2:
-        return mean, 0.0, None
-    std = statistics.stdev(values)
-    return mean, std, mean + promise.t95(len(values) - 1) * std / math.sqrt(len(values))
 
 
 def setup_words(cfg, schedule='short'):
@@ -409,10 +399,10 @@ def section_step_time():
         rs = [r for r in runs if r['spec'] == spec]
         ratios = [r['train_s'] / base[r['seed']]['train_s'] for r in rs]
         diffs = [100 * (base[r['seed']]['final_acc'] - r['final_acc']) for r in rs]
-        mean, std, bound = bound_of(ratios)
+        (mean, std), bound = promise.mean_std(ratios), promise.upper_bound(ratios)
         out.append([LABEL.get(spec, '`%s`' % spec), len(rs),
                     pm(promise.mean_std([100 * r['final_acc'] for r in rs])),
-                    '' if spec == 'dist_sync' else pm(bound_of(diffs)[:2], '%+.2f'),
+                    '' if spec == 'dist_sync' else pm(promise.mean_std(diffs), '%+.2f'),
                     pm(promise.mean_std([r['train_s'] for r in rs])),
                     '1' if spec == 'dist_sync' else '%.3f ± %.3f' % (mean, std),
                     '' if spec == 'dist_sync' else '%.2f' % bound])
