@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Build docs/RESULTS.md, the results of today's code at its defaults, from the files in
-bench/results/.
+bench/results/, and each scheme page's numbers at its defaults (docs/schemes/<name>.md,
+between `<!-- defaults:begin -->` and `<!-- defaults:end -->`).
 
 Why a generator: a page written by hand drifts from the files it quotes, and grows into
 a notebook of every experiment. This page holds only what today's defaults do; every
 number on it is read from a result file, and each table names its file. Why a default
 is what it is lives in docs/decisions/, with the experiments' files.
 
-    python3 bench/results_page.py           # rewrite docs/RESULTS.md (make results-page)
-    python3 bench/results_page.py --check   # exit 1 if docs/RESULTS.md differs from it
+    python3 bench/results_page.py           # rewrite them (make results-page)
+    python3 bench/results_page.py --check   # exit 1 naming the pages that differ
 
 Standard library only: bench/promise.py's summarize() and t-bounds are loaded by path
 (it imports no MXNet), so the page builds on any Python 3.
@@ -16,7 +17,6 @@ Standard library only: bench/promise.py's summarize() and t-bounds are loaded by
 import argparse
 import importlib.util
 import json
-import math
 import os
 import statistics
 import textwrap
@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, 'results')
 PAGE = os.path.join(REPO, 'docs', 'RESULTS.md')
+SCHEMES = os.path.join(REPO, 'docs', 'schemes')
 
 
 def _load_promise():
@@ -85,15 +86,6 @@ def table(head, rows, align=None):
     return '\n'.join(out)
 
 
-def bound_of(values):
-    """Mean, std and one-sided 95% upper t-bound of paired values (None: one value)."""
-    mean = statistics.mean(values)
-    if len(values) < 2:
-        return mean, 0.0, None
-    std = statistics.stdev(values)
-    return mean, std, mean + promise.t95(len(values) - 1) * std / math.sqrt(len(values))
-
-
 def setup_words(cfg, schedule='short'):
     if schedule == 'short':
         sched = '%d epochs at a constant lr %g' % (cfg['short_epochs'], cfg['lr'])
@@ -111,14 +103,15 @@ SCHEME_ORDER = ['dist_sync', HOMOMORPHIC, SERVER, 'dist_sync_thc', 'dist_sync_fp
 LABEL = {HOMOMORPHIC: '`dist_sync_hylo` (default: homomorphic)',
          SERVER: "`dist_sync_hylo`, `aggregation='server'`"}
 WITHIN = {'ok': 'shown', '?': 'not resolved', 'WORSE': '**worse** shown'}
+DEFAULTS = 'schemes_4w_short_defaults.json'
 
 
-def section_schemes():
-    name = 'schemes_4w_short_defaults.json'
-    data = load(name)
+def scheme_rows():
+    """The defaults run's rows, in SCHEME_ORDER: the summary row of each spec with the
+    bytes a worker pushes and pulls a step (``push``, ``pull``, float32's ``raw``)."""
+    data = load(DEFAULTS)
     runs = [r for r in data['runs'] if not r.get('error')]
     rows = {r['spec']: r for r in promise.summarize(runs, margin=1.0)}
-    cfg = data['configs'][0]
     raw = [r['bytes_per_step']['raw'] for r in runs if 'bytes_per_step' in r][0]
     out = []
     for spec in SCHEME_ORDER + sorted(set(rows) - set(SCHEME_ORDER)):
@@ -128,15 +121,26 @@ def section_schemes():
         b = [x['bytes_per_step'] for x in runs if x['spec'] == spec and 'bytes_per_step' in x]
         push = statistics.mean(x['push'] for x in b) if b else raw / r['push_ratio']
         pull = statistics.mean(x['pull'] for x in b) if b else raw / r['pull_ratio']
+        out.append(dict(r, push=push, pull=pull, raw=raw))
+    return data, out
+
+
+def section_schemes():
+    data, rows = scheme_rows()
+    cfg = data['configs'][0]
+    raw = rows[0]['raw']          # float32's bytes: the same in every row
+    out = []
+    for r in rows:
+        spec, push, pull = r['spec'], r['push'], r['pull']
         base = spec == 'dist_sync'
         out.append([LABEL.get(spec, '`%s`' % spec), len(r['seeds']), pm(r['acc']),
                     '' if base else pm(r['paired_diff_points'], '%+.2f'),
                     '' if base else '%.2f' % r['bound_points'],
                     '' if base else WITHIN[r['verdict']],
                     '%s (%.1f)' % (num(push), raw / push), '%s (%.1f)' % (num(pull), raw / pull)])
-    shown = sum(1 for r in rows.values() if r['verdict'] == 'ok')
-    unresolved = sum(1 for r in rows.values() if r['verdict'] == '?')
-    worse = sum(1 for r in rows.values() if r['verdict'] == 'WORSE')
+    shown = sum(1 for r in rows if r['verdict'] == 'ok')
+    unresolved = sum(1 for r in rows if r['verdict'] == '?')
+    worse = sum(1 for r in rows if r['verdict'] == 'WORSE')
     return '\n\n'.join([
         '## Every scheme at its defaults',
         'Each kvstore type with no parameters set, on %s, %d workers: %s. Seeds %s '
@@ -148,12 +152,70 @@ def section_schemes():
         table(['kvstore', 'seeds', 'test acc %', 'loss (points)', 'bound', 'within 1 point',
                'pushed (x fewer)', 'pulled (x fewer)'], out,
               ['---', '---:', '---', '---', '---:', '---', '---:', '---:']),
-        src(name),
+        src(DEFAULTS),
         '%d types are shown within a point, %d need more seeds than these to say, %d is '
         'shown worse (MXNet\'s fixed 2-bit threshold, kept as MXNet defines it). '
         'Runs of one seed are not bit-reproducible (the servers sum in arrival order), so '
         'single-seed differences mean little. Hylo\'s own promise (within 0.5 points) is '
         'judged over many more seeds in the matrix below.' % (shown, unresolved, worse)])
+
+
+# -- each scheme's page: its row of the defaults run --------------------------------------
+
+PAGE_BEGIN, PAGE_END = '<!-- defaults:begin -->', '<!-- defaults:end -->'
+VERDICT = {'ok': 'within 1 point: shown', '?': 'within 1 point: not resolved',
+           'WORSE': 'shown **worse** by more than 1 point'}
+
+
+def scheme_blocks():
+    """{page name: the block written between PAGE_BEGIN and PAGE_END of
+    docs/schemes/<name>.md}: the scheme's rows of the defaults run, so that the pages
+    quote the numbers of the table above instead of copying them by hand."""
+    data, rows = scheme_rows()
+    cfg = data['configs'][0]
+    by_page, base = {}, [r for r in rows if r['spec'] == 'dist_sync'][0]
+    for r in rows:
+        if r['spec'] != 'dist_sync':
+            by_page.setdefault(r['spec'].split('(')[0][len('dist_sync_'):], []).append(r)
+    blocks = {}
+    for page, rs in by_page.items():
+        lines = [prose('At the defaults, %s, %d workers, short run (%s), generated by `make '
+                       'results-page` from `bench/results/%s`, the table [every scheme at its '
+                       'defaults](../RESULTS.md#every-scheme-at-its-defaults). `dist_sync`: %s %% '
+                       'over %d seeds; loss = `dist_sync` minus the scheme, paired by seed:'
+                       % (cfg['models'][0], cfg['workers'][0], setup_words(cfg), DEFAULTS,
+                          pm(base['acc']), len(base['seeds']))), '']
+        for r in rs:
+            lines.append('- %s: %s %% test accuracy over %d seeds; loss %s points, bound %.2f: '
+                         '%s; pushes %s bytes a step (%.1fx fewer than float32), '
+                         'pulls %s (%.1fx).'
+                         % (LABEL.get(r['spec'], '`%s`' % r['spec']), pm(r['acc']),
+                            len(r['seeds']), pm(r['paired_diff_points'], '%+.2f'),
+                            r['bound_points'], VERDICT[r['verdict']], num(r['push']),
+                            r['raw'] / r['push'], num(r['pull']), r['raw'] / r['pull']))
+        blocks[page] = '\n'.join(lines)
+    return blocks
+
+
+def write_block(text, block, where):
+    """``text`` with the part between the markers replaced by ``block``."""
+    if text.count(PAGE_BEGIN) != 1 or text.count(PAGE_END) != 1 or \
+            text.index(PAGE_BEGIN) > text.index(PAGE_END):
+        raise ValueError('%s: needs one %s ... %s pair' % (where, PAGE_BEGIN, PAGE_END))
+    head, rest = text.split(PAGE_BEGIN)
+    tail = rest.split(PAGE_END)[1]
+    return '%s%s\n%s\n%s%s' % (head, PAGE_BEGIN, block, PAGE_END, tail)
+
+
+def scheme_pages(folder):
+    """{path: (current text, generated text)} of the scheme pages the defaults run covers."""
+    out = {}
+    for page, block in sorted(scheme_blocks().items()):
+        path = os.path.join(folder, page + '.md')
+        with open(path) as f:
+            text = f.read()
+        out[path] = (text, write_block(text, block, os.path.relpath(path)))
+    return out
 
 
 # -- bytes on the wire --------------------------------------------------------------------
@@ -337,10 +399,10 @@ def section_step_time():
         rs = [r for r in runs if r['spec'] == spec]
         ratios = [r['train_s'] / base[r['seed']]['train_s'] for r in rs]
         diffs = [100 * (base[r['seed']]['final_acc'] - r['final_acc']) for r in rs]
-        mean, std, bound = bound_of(ratios)
+        (mean, std), bound = promise.mean_std(ratios), promise.upper_bound(ratios)
         out.append([LABEL.get(spec, '`%s`' % spec), len(rs),
                     pm(promise.mean_std([100 * r['final_acc'] for r in rs])),
-                    '' if spec == 'dist_sync' else pm(bound_of(diffs)[:2], '%+.2f'),
+                    '' if spec == 'dist_sync' else pm(promise.mean_std(diffs), '%+.2f'),
                     pm(promise.mean_std([r['train_s'] for r in rs])),
                     '1' if spec == 'dist_sync' else '%.3f ± %.3f' % (mean, std),
                     '' if spec == 'dist_sync' else '%.2f' % bound])
@@ -619,23 +681,29 @@ def build():
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--check', action='store_true',
-                   help='exit 1 if docs/RESULTS.md differs from what would be written')
+                   help='exit 1 if docs/RESULTS.md or a scheme page differs from what would '
+                        'be written')
     p.add_argument('--out', default=PAGE, help='the page (default: docs/RESULTS.md)')
+    p.add_argument('--schemes', default=SCHEMES,
+                   help='the scheme pages\' folder (default: docs/schemes)')
     args = p.parse_args(argv)
-    text = build()
+    try:
+        with open(args.out) as f:
+            old = f.read()
+    except FileNotFoundError:
+        old = None
+    pages = dict(scheme_pages(args.schemes), **{args.out: (old, build())})
+    stale = [path for path, (text, new) in pages.items() if text != new]
     if args.check:
-        try:
-            with open(args.out) as f:
-                same = f.read() == text
-        except FileNotFoundError:
-            same = False
-        if not same:
-            print('%s differs from what bench/results_page.py builds; run '
-                  '`make results-page`' % os.path.relpath(args.out), file=sys.stderr)
+        if stale:
+            print('%s differ%s from what bench/results_page.py builds; run '
+                  '`make results-page`' % (', '.join(os.path.relpath(p) for p in stale),
+                                          's' if len(stale) == 1 else ''), file=sys.stderr)
             return 1
         return 0
-    with open(args.out, 'w') as f:
-        f.write(text)
+    for path in stale:
+        with open(path, 'w') as f:
+            f.write(pages[path][1])
     return 0
 
 

@@ -98,6 +98,19 @@ void filters_of(const Dims& shape, int64_t* filters, int64_t* filter_size) {
 
 inline float* f32(MXTensor& t) { return t.data<float>(); }
 inline void set_status(MXTensor& out, int status) { f32(out)[0] = static_cast<float>(status); }
+// A per-filter statistic of `x` seen as filters x filter_size (filters_of): `score(filters,
+// filter_size, double* scores)` computes it in double, and `out` (f32[filters]) gets it
+// rounded to float32.  The filter-score ops (kvx_acc_filter_scores, kvx_filter_scores)
+// differ only in `score`.
+template <class Score>
+void write_filter_scores(const MXTensor& x, MXTensor& out, Score score) {
+  int64_t filters, filter_size;
+  filters_of(x.shape, &filters, &filter_size);
+  std::vector<double> scores(static_cast<size_t>(filters));
+  score(filters, filter_size, scores.data());
+  float* result = f32(out);
+  for (int64_t o = 0; o < filters; ++o) result[o] = static_cast<float>(scores[o]);
+}
 // The outputs of an encoder whose payload starts with a header: the status, and on any
 // failure a void payload (first word NaN; the kernel zeroed the rest), which the servers'
 // decode_slots read as kVoid.  So a worker may push a payload before it reads the status

@@ -130,12 +130,9 @@ struct FilterScores : OpSpec {
     return true;
   }
   static void forward(const Params&, Tensors& in, Tensors& out) {
-    int64_t filters, filter_size;
-    filters_of(in[0].shape, &filters, &filter_size);
-    std::vector<double> scores(static_cast<size_t>(filters));
-    kvx::filter_scores(f32(in[0]), filters, filter_size, scores.data());
-    float* result = f32(out[0]);
-    for (int64_t o = 0; o < filters; ++o) result[o] = static_cast<float>(scores[o]);
+    write_filter_scores(in[0], out[0], [&](int64_t filters, int64_t size, double* scores) {
+      kvx::filter_scores(f32(in[0]), filters, size, scores);
+    });
   }
 };
 

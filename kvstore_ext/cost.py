@@ -31,7 +31,9 @@ KERNELS_SOURCE = 'bench/results/kernels.json'
 # Seconds of one call of each kernel's MXNet operator (the 'op' path: the kernel plus
 # MXNet's dispatch, best of its repetitions) at the element counts measured, from
 # KERNELS_SOURCE (made by bench/kernels.py on an Intel Xeon, one thread; docs/KERNELS.md).
-# tests/test_cost_model.py holds this table equal to that file.
+# A copy, not a read of that file: the installed package, where policy='auto' decides (from
+# this same table on every worker: policy.py), has no bench/. tests/test_cost_model.py::
+# test_kernel_table_is_the_results_file holds the copy equal to the file.
 KERNEL_TIMES = {
     'fp32_decode': [(10000, 3.915e-05), (100000, 5.439e-05), (1000000, 0.0004296),
                     (10000000, 0.02685), (100000000, 0.2654)],

@@ -6,9 +6,9 @@ another ``size_threshold`` or ``aggregation``, or a gradient of another shape, t
 workers push arrays of different shapes under one server key and the server dies of
 SIGABRT (``operands shape mismatch``), naming neither key nor parameter; with another
 scheme type the rounds no longer pair up and the job hangs. So at a key's first
-round (``init``/``broadcast``, and its first ``pushpull``/``push``, when the
-parameters can no longer change) every worker contributes its *fingerprint* of the
-key: the kvstore type, the key, its shape and dtype, and each of the scheme's
+round (``init``/``broadcast``, or its first ``pushpull``/``push``; and the store's
+first planned key again then, when the parameters can no longer change) every worker
+contributes its *fingerprint* of the key: the kvstore type, the key, its shape and dtype, and each of the scheme's
 parameters. On a mismatch every worker raises the same
 :class:`ConfigurationMismatchError`, naming the key, what differs and which ranks
 hold which value, before anything whose shape depends on the configuration is sent.
@@ -20,10 +20,10 @@ sum is every worker's slot side by side. Each word is a whole number below 2**24
 (exact in float32; the stock server sums floats only), or a parameter's value as a
 float32 (x + 0 = x, exact too) for the message: text is packed 3 bytes a word, and
 what must compare exactly is also hashed (CRC-32 cut to 24 bits). It costs one small
-round per key, once (twice for a key that ``init``/``broadcast`` declares: the
-parameters may be set between that and its first step), never per step; its bytes
-are not in ``comm_stats`` (which counts what the steps move). A job of one worker has
-no one to disagree with and skips it.
+round per key, once (the first key planned twice if ``init``/``broadcast`` declared it:
+the parameters may change until the first step, planning.agree_due), never per step;
+its bytes are not in ``comm_stats`` (which counts what the steps move). A job of one
+worker has no one to disagree with and skips it.
 """
 import json
 import math

@@ -23,6 +23,7 @@ class KeyRecord:
         self.codec = self.chunks = self.residual = None
         self.chunk_states = ()
         self.plain = False
+        self.agreed = False         # its fingerprint was compared (agree)
         self.check_whole = None     # when a NaN is looked for before encoding (plan)
         self.deferred = False       # encoders' statuses read at the next step (plan)
         self.pending = None         # the last deferred step's statuses (void_steps.resolve)
@@ -42,11 +43,11 @@ class KeyRecord:
 
 def plan_if_due(store, state, step):
     """Plan ``state``'s key if it has no codec yet or the scheme re-plans at ``step``:
-    the workers' configurations are compared first (once per key), and the scheme
+    the workers' configurations are compared first (agree_due), and the scheme
     settles once per step before its first re-plan."""
     if state.codec is not None and not (step and store._scheme.replans_at(step)):
         return
-    if state.codec is None:
+    if state.codec is None and agree_due(store, state):
         agree(store, state)
     if step and step > store._settled:
         settle(store, step)
@@ -58,6 +59,20 @@ def agree(store, state):
     this worker's, or every worker raises, naming what differs (fingerprint.py)."""
     fingerprint.agree(store._transport, store.type, state.key, state.shape,
                       state.dtype, store._scheme.params, store._scheme.param_specs())
+    state.agreed = True
+
+
+def agree_due(store, state):
+    """True if a key about to get its first codec must be compared first: a key that
+    ``init``/``broadcast`` did not compare (declared by its first pushpull), and the
+    first key planned in the store. The scheme's parameters may change between a key's
+    init/broadcast and the first step (``set_gradient_compression``, the hand-over of
+    the optimizer's momentum at the first round: handover.py), and are frozen from the
+    first codec on (both refuse then). So once the first plan has compared them, a key
+    that init/broadcast compared is compared again for nothing: Gluon's Trainer
+    broadcasts every key, and each took two rounds. Every worker decides alike: it
+    declares and pushes the same keys in the same order."""
+    return not state.agreed or not any(s.codec is not None for s in store._keys.values())
 
 
 def settle(store, step):

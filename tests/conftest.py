@@ -1,5 +1,6 @@
-"""Shared test setup: the NumPy reference (python/kvx_ref) on sys.path, and the
-``job_env`` fixture that every multi-process test runs its launcher with.
+"""Shared test setup: the NumPy reference (python/kvx_ref) on sys.path, the
+``job_env`` fixture that every multi-process test runs its launcher with, and a check
+that no test leaves a scheme, kvstore type or codec registered behind it.
 
 Nodes are recognised by DMLC_ROLE plus a per-test tag in their environment, so that
 ps-lite jobs of anyone else on the same machine are never touched.
@@ -53,3 +54,31 @@ def job_env():
         except ProcessLookupError:
             pass
     assert not left, 'ps-lite nodes left behind (killed now): %s' % left
+
+
+def _registries():
+    """The global registries a test may add to, as far as they are imported yet."""
+    found = {}
+    if 'kvstore_ext' in sys.modules:
+        from kvstore_ext import codec_list, registry
+        found['scheme'] = set(registry.SCHEMES)
+        found['codec id'] = set(codec_list.CODECS)
+    if 'mxnet' in sys.modules:
+        from mxnet.kvstore import KVStoreBase
+        found['kvstore type'] = set(KVStoreBase.kv_registry)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def registries_left_as_found():
+    """A test that registers a scheme, a kvstore type or a codec removes it after itself
+    (a fixture): the registries are global, and what one test leaves there shows in the
+    lists of every later test (test_cost_model.py and test_params_doc.py fail on it)."""
+    before = _registries()
+    yield
+    after = _registries()
+    if set(after) != set(before):
+        return          # the test imported kvstore_ext (registering its types) or MXNet
+    left = ['%s %r' % (kind, name) for kind in sorted(after)
+            for name in sorted(after[kind] - before[kind], key=repr)]
+    assert not left, 'left registered by this test: %s' % ', '.join(left)

@@ -29,26 +29,27 @@ def _halves_decode(payload, n):
     return payload[HEADER_WORDS:] * np.float32(0.5), 0
 
 
-class HalvesCodec(GatherCodec):
-    name = 'test_halves'
-    codec_id = HALVES
-    server_decode = staticmethod(_halves_decode)
-
-    @staticmethod
-    def payload_words_of(n, a, b):
-        return HEADER_WORDS + n
-
-
 @pytest.fixture(autouse=True, scope='module')
-def halves_in_the_spec():
-    """The spec's decode_slots knows the test codec while this file runs, and only
-    then: the table check of test_cpp_ops.py holds the spec's decoders to the library's."""
+def halves_codec():
+    """The test codec, in the codec list and in the spec's decode_slots while this file
+    runs, and only then: both are global (the table check of test_cpp_ops.py holds the
+    spec's decoders to the library's; the servers import the module of every
+    NumPy-decoded codec of the list)."""
+    class HalvesCodec(GatherCodec):     # defining it enters it in the codec list
+        name = 'test_halves'
+        codec_id = HALVES
+        server_decode = staticmethod(_halves_decode)
+
+        @staticmethod
+        def payload_words_of(n, a, b):
+            return HEADER_WORDS + n
     ref.register_decoder(HALVES, _halves_decode)
-    yield
+    yield HalvesCodec
     del ref._DECODERS[float(HALVES)]
+    del codec_list.CODECS[float(HALVES)]
 
 
-def test_an_id_or_a_name_claimed_twice_is_refused():
+def test_an_id_or_a_name_claimed_twice_is_refused(halves_codec):
     with pytest.raises(ValueError, match='codec id 2 is .*FilterTopKCodec'):
         type('Other', (GatherCodec,), {'name': 'other', 'codec_id': 2})
     with pytest.raises(ValueError, match="codec name 'topk' has id 2"):
@@ -56,7 +57,7 @@ def test_an_id_or_a_name_claimed_twice_is_refused():
     with pytest.raises(ValueError, match='positive integer'):
         type('Other', (GatherCodec,), {'name': 'other', 'codec_id': 1.5})
     assert codec_list.find(103) is None and codec_list.find(2).name == 'topk'
-    assert codec_list.find(HALVES) is HalvesCodec
+    assert codec_list.find(HALVES) is halves_codec
 
 
 def _payload(n, values, codec=HALVES):

@@ -79,6 +79,15 @@ def test_rank0_aggregation_differs(job_env):
     assert 'fc_scale' not in message       # only what differs is named
 
 
+def test_a_parameter_set_after_broadcast_differs(job_env):
+    """Keys broadcast with equal parameters, then rank 0 changes one before the first
+    step: the first step compares again (planning.agree_due), not only the broadcasts."""
+    proc, seconds = launch(job_env, '--rank0-params-after-declare', '{"fc_scale": 4.0}',
+                           '--declare', 'broadcast')
+    message = assert_every_worker_raised(proc, seconds, 'bias')
+    assert 'parameter fc_scale: rank 0 has 4.0; rank 1 has 2.0' in message, message
+
+
 @pytest.mark.parametrize('declare', ['broadcast', 'pushpull'])
 def test_a_key_whose_shape_differs(job_env, declare):
     """Broadcast (Gluon's way) used to abort a worker in ps-lite, pushpull the server."""

@@ -127,3 +127,34 @@ def test_a_parameter_beyond_the_named_ones_still_differs():
     message = fingerprint.compare(rows, 'k', params, {})
     assert message is not None and 'beyond the %d named here' % fingerprint.MAX_PARAMS \
         in message, message
+
+
+def test_a_gluon_key_is_compared_once(monkeypatch):
+    """Gluon's Trainer broadcasts every key before its first step: each key's
+    fingerprint is compared there, and only the first key planned is compared again at
+    its first step, after the optimizer's momentum was handed over (the parameters may
+    change until then: planning.agree_due). Every key used to be compared twice."""
+    import mxnet as mx
+    compared = []       # (key, the momentum compared)
+    agree = fingerprint.agree
+
+    def counting(transport, kind, key, shape, dtype, params, spec):
+        compared.append((key, params['momentum']))
+        return agree(transport, kind, key, shape, dtype, params, spec)
+    monkeypatch.setattr(fingerprint, 'agree', counting)
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(8, in_units=5), mx.gluon.nn.Dense(3, in_units=8))
+    net.initialize()
+    trainer = mx.gluon.Trainer(net.collect_params(), 'sgd',
+                               {'learning_rate': 0.1, 'momentum': 0.9},
+                               kvstore='dist_sync_hylo')
+    for _ in range(2):
+        with mx.autograd.record():
+            loss = net(mx.nd.ones((2, 5))).sum()
+        loss.backward()
+        trainer.step(2)
+    keys = [key for key, _ in compared]
+    first = keys[0]
+    assert sorted(set(keys)) == list(range(4))
+    assert sorted(keys) == sorted(list(set(keys)) + [first]), compared       # 5 rounds, not 8
+    assert compared[keys.index(first, 1)] == (first, 0.9), compared     # after the hand-over

@@ -5,6 +5,7 @@ dangling citation. Standard library only: no MXNet, no processes but the generat
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -76,3 +77,21 @@ def test_every_cited_result_file_exists():
                     missing.append('%s:%d: bench/results/%s'
                                    % (os.path.relpath(path, REPO), line, name))
     assert not missing, 'cited result files that do not exist:\n' + '\n'.join(missing)
+
+
+def test_check_fails_on_a_scheme_page_whose_numbers_differ(tmp_path):
+    """The scheme pages' numbers at the defaults are the generator's too: a hand edit of
+    one (here Hylo's test accuracy) fails the check, naming the page."""
+    schemes = tmp_path / 'schemes'
+    shutil.copytree(os.path.join(REPO, 'docs', 'schemes'), str(schemes))
+    page = schemes / 'hylo.md'
+    text = page.read_text()
+    block = text[text.index('<!-- defaults:begin -->'):text.index('<!-- defaults:end -->')]
+    edited = re.sub(r'\d+\.\d\d ±', '99.99 ±', block, count=1)
+    assert edited != block
+    page.write_text(text.replace(block, edited))
+    result = _generate('--check', '--schemes', str(schemes))
+    assert result.returncode == 1
+    assert 'hylo.md' in result.stderr and 'make results-page' in result.stderr
+    assert _generate('--schemes', str(schemes)).returncode == 0       # rewrites it
+    assert page.read_text() == text

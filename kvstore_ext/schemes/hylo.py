@@ -225,14 +225,14 @@ class Hylo(Scheme):
             return self.by_policy(self.conv_codec(shape, k), step)
         return self.by_policy(self.fc_codec(shape, self.params['fc_scale']), step)
 
-    def agreements(self):
-        """(conv, FC) agreement of the homomorphic codecs: 'previous' or 'round'."""
+    def conv_agreement(self):
+        """How the homomorphic conv codecs agree on the filter set: 'round' (an extra
+        round a step) or 'previous'. The FC codecs always take 'previous': an FC round
+        (agreement='round') was removed."""
         mode = self.params['agreement']
         if mode == 'auto':
             mode = 'conv_round' if self.num_workers >= CONV_ROUND_WORKERS else 'previous'
-        if mode == 'conv_round':
-            return 'round', 'previous'
-        return mode, mode
+        return 'round' if mode == 'conv_round' else 'previous'
 
     def corrects_momentum(self, setting='momentum_correction'):
         """Whether the conv top-k runs DGC's momentum correction (``momentum`` > 0 and
@@ -272,7 +272,7 @@ class Hylo(Scheme):
         wrapped with DGC's momentum correction (its masking) when it applies."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
-            codec = AdditiveTopKCodec(shape, k, self.agreements()[0])
+            codec = AdditiveTopKCodec(shape, k, self.conv_agreement())
         else:
             codec = FilterTopKCodec(shape, k, p['pull'] == 'compressed')
         if self.corrects_momentum():
@@ -285,8 +285,8 @@ class Hylo(Scheme):
         (momentum correction without masking) when ``fc_momentum_correction`` applies."""
         p = self.params
         if p['aggregation'] == 'homomorphic':
-            codec = AdditiveTernaryCodec(shape, scale, p['fc_threshold'],
-                                         self.agreements()[1], FC_VALUE)
+            codec = AdditiveTernaryCodec(shape, scale, p['fc_threshold'], 'previous',
+                                         FC_VALUE)
         else:
             codec = TernaryCodec(shape, scale=scale, threshold=p['fc_threshold'],
                                  value=FC_VALUE, compressed_reply=p['pull'] == 'compressed')

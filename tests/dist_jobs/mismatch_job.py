@@ -26,6 +26,9 @@ def main():
                         'instead (a process makes one kvstore: its rank is known only after)')
     parser.add_argument('--rank0-params', help='JSON params merged over --params on rank 0')
     parser.add_argument('--rank0-fc-rows', type=int, help="rank 0's 'fc' has this many rows")
+    parser.add_argument('--rank0-params-after-declare',
+                        help='JSON params rank 0 sets after declaring the keys, before the '
+                             'first step')
     parser.add_argument('--declare', choices=['broadcast', 'init', 'pushpull'],
                         default='broadcast')
     parser.add_argument('--steps', type=int, default=4)
@@ -52,6 +55,8 @@ def main():
             kv.broadcast(key, weights[key], out=weights[key])
         elif args.declare == 'init':
             kv.init(key, weights[key])
+    if args.rank0_params_after_declare and kv.rank == 0:
+        kv.set_gradient_compression(dict(params, **json.loads(args.rank0_params_after_declare)))
     for step in range(args.steps):
         for index, (key, shape) in enumerate(sorted(shapes.items())):
             rng = np.random.default_rng([kv.rank, step, index])
