@@ -95,3 +95,20 @@ def test_check_fails_on_a_scheme_page_whose_numbers_differ(tmp_path):
     assert 'hylo.md' in result.stderr and 'make results-page' in result.stderr
     assert _generate('--schemes', str(schemes)).returncode == 0       # rewrites it
     assert page.read_text() == text
+
+
+def test_check_fails_on_a_readme_whose_table_differs(tmp_path):
+    """README's first-screen table is generated from the same files: a hand edit of its
+    bytes fails the check, naming README, and the generator restores it."""
+    readme = tmp_path / 'README.md'
+    with open(os.path.join(REPO, 'README.md')) as f:
+        text = f.read()
+    block = text[text.index('<!-- defaults:begin -->'):text.index('<!-- defaults:end -->')]
+    edited = re.sub(r'\(\d+\.\dx fewer\)', '(9.9x fewer)', block, count=1)
+    assert edited != block
+    readme.write_text(text.replace(block, edited))
+    result = _generate('--check', '--readme', str(readme))
+    assert result.returncode == 1
+    assert 'README.md' in result.stderr and 'make results-page' in result.stderr
+    assert _generate('--readme', str(readme)).returncode == 0
+    assert readme.read_text() == text
