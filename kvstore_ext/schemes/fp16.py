@@ -5,7 +5,8 @@ Per tensor, after the worker has summed its devices:
 1. **Size threshold.** Tensors with fewer than ``size_threshold`` elements (32768, as the
    other schemes, so that every scheme compresses the same tensors) and non-float32
    tensors go float32, uncompressed.
-2. **Residual.** ``acc = grad + residual`` (error feedback).
+2. **Residual** (``error_feedback=1``). ``acc = grad + residual``; with
+   ``error_feedback=0`` acc is the gradient and no residual is kept (codecs/fp16.py).
 3. **Overflow.** acc is clipped to the largest float16 L with ``num_workers * L <=
    65504``, so that no worker's value and no partial sum at the server overflows
    float16; what the clip holds back stays in the residual.
@@ -25,10 +26,14 @@ from ..params import Param
 class Float16(Scheme):
     name = 'fp16'
     PARAMS = {
+        'error_feedback': Param('int', 1, '1 keeps what the float16 rounding and the '
+                                'overflow clip leave out and sends it with the next steps; '
+                                '0 keeps no residual (two passes over the tensor fewer a '
+                                'step)', low=0, high=1, rank='tune'),
         'size_threshold': SIZE_THRESHOLD,
     }
 
     def codec_for(self, shape, dtype, step=0):
         if self.exempt(shape, dtype):
             return self.uncompressed(shape, dtype)
-        return Float16Codec(shape)
+        return Float16Codec(shape, bool(self.params['error_feedback']))
