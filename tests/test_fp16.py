@@ -34,8 +34,9 @@ def test_limit():
 
 
 def _store(**params):
+    """A store with error feedback unless ``params`` say otherwise."""
     kv = mx.kv.create('dist_sync_fp16')
-    kv.set_gradient_compression(dict({'size_threshold': 0}, **params))
+    kv.set_gradient_compression(dict({'size_threshold': 0, 'error_feedback': 1}, **params))
     return kv
 
 
@@ -103,9 +104,12 @@ def test_scheme():
     assert isinstance(scheme.codec_for((512, 3136), np.float32), Float16Codec)
     assert scheme.codec_for((100,), np.float32).passthrough
     assert scheme.codec_for((512, 3136), np.float16).passthrough
+    # no error feedback by default (docs/decisions/fp16-error-feedback.md)
+    assert not scheme.codec_for((512, 3136), np.float32).uses_residual
+    assert Float16(error_feedback=1).codec_for((512, 3136), np.float32).uses_residual
 
 
-PARAMS = {'size_threshold': 100, 'chunk_size': 1024}
+PARAMS = {'size_threshold': 100, 'chunk_size': 1024, 'error_feedback': 1}
 
 
 @pytest.mark.parametrize('workers', [2, 4])
