@@ -22,8 +22,8 @@ error feedback and warm start, its default min_compression_rate 2;
 steps 0-1 go float32), ``fp16`` (fp16_compress_hook). All three with one gradient
 bucket (``bucket_cap_mb`` above the model's size): with two, powerSGD_hook's
 asynchronous all_reduces of the two buckets reached gloo in different orders on
-different workers and the run aborted (gloo: "Received data size doesn't match"). Bytes per step each way are
-the payloads the hooks hand to all_reduce (counted by wrapping
+different workers and the run aborted (gloo: "Received data size doesn't match").
+Bytes per step each way are the payloads the hooks hand to all_reduce (counted by wrapping
 ``torch.distributed.all_reduce``; plain DDP: every gradient in float32), what each
 worker contributes and gets back, as kvstore_ext's comm_stats count pushes and pulls.
 A ring allreduce moves 2 (n-1)/n of that per worker on the wire.
@@ -32,7 +32,9 @@ PyTorch is not a dependency of kvstore_ext: it lives in a venv of its own
 (bench/requirements-torch.txt; bench/README.md says how to make it), given by
 ``--torch-python``. This script itself runs with the package's Python: it writes the
 digits to a file for the PyTorch workers and calls bench/promise.py for kvstore_ext's
-side, seed by seed, interleaved with PyTorch's runs of the same seed.
+side, seed by seed, interleaved with PyTorch's runs of the same seed. Step time is
+the slowest worker's training seconds summed over the epochs (evaluation excluded), as
+promise.py's ``train_s``; ratios pair runs of the same seed.
 
     python bench/torch_ddp.py --torch-python /tmp/torch-venv/bin/python --seeds 1,2 \\
         --json bench/results/torch_ddp_side_by_side.json
