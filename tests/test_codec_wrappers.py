@@ -22,7 +22,7 @@ def test_any_codec_takes_the_correction():
     """float16 in sum mode, which no scheme corrects: wrapped, each step returns
     S - m S_prev with S the float16 sum of velocity + residual, as the spec's."""
     kv = mx.kv.create('dist_sync_fp16')
-    kv.set_gradient_compression({'size_threshold': 100})
+    kv.set_gradient_compression({'size_threshold': 100, 'error_feedback': 1})
     plain = kv._scheme.codec_for
     kv._scheme.codec_for = lambda *a, **k: MomentumCorrected(plain(*a, **k), 0.9,
                                                              masking=False)

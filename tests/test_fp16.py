@@ -34,8 +34,9 @@ def test_limit():
 
 
 def _store(**params):
+    """A store with error feedback unless ``params`` say otherwise."""
     kv = mx.kv.create('dist_sync_fp16')
-    kv.set_gradient_compression(dict({'size_threshold': 0}, **params))
+    kv.set_gradient_compression(dict({'size_threshold': 0, 'error_feedback': 1}, **params))
     return kv
 
 
@@ -56,6 +57,27 @@ def test_matches_reference_and_clips():
         assert np.array_equal(value.asnumpy(), half.astype(f32))
         assert np.array_equal(kv.key_state('w').residual, residual)
     assert np.abs(value.asnumpy()).max() <= 65504
+
+
+def test_without_error_feedback_matches_reference():
+    """error_feedback=0: each step sends the gradient clipped and rounded (bit for bit
+    the reference's), keeps no residual, and what the clip held back is lost."""
+    rng = np.random.default_rng(3)
+    kv = _store(error_feedback=0)
+    for step in range(3):
+        grad = (rng.standard_normal((300, 7)) * 10.0 ** rng.integers(-9, 3, (300, 7)))
+        grad = grad.astype(f32)
+        grad[0, :2] = [1e5, -7e4]
+        value = mx.nd.array(grad)
+        kv.pushpull('w', value)
+        half, status = ref.fp16_encode_plain(grad, 1)
+        assert status == 0
+        assert np.array_equal(value.asnumpy(), half.astype(f32))
+        assert kv.key_state('w').residual is None
+    assert kv.plan('w').codec.describe() == 'float16 (sum mode, no error feedback)'
+    assert kv.comm_stats()['push_bytes'] == 3 * 2 * 2100
+    with pytest.raises(ValueError):
+        Float16(error_feedback=2)
 
 
 def test_overflow_drains_through_the_residual():
@@ -82,9 +104,12 @@ def test_scheme():
     assert isinstance(scheme.codec_for((512, 3136), np.float32), Float16Codec)
     assert scheme.codec_for((100,), np.float32).passthrough
     assert scheme.codec_for((512, 3136), np.float16).passthrough
+    # no error feedback by default (docs/decisions/fp16-error-feedback.md)
+    assert not scheme.codec_for((512, 3136), np.float32).uses_residual
+    assert Float16(error_feedback=1).codec_for((512, 3136), np.float32).uses_residual
 
 
-PARAMS = {'size_threshold': 100, 'chunk_size': 1024}
+PARAMS = {'size_threshold': 100, 'chunk_size': 1024, 'error_feedback': 1}
 
 
 @pytest.mark.parametrize('workers', [2, 4])

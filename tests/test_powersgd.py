@@ -21,13 +21,15 @@ import mxnet as mx
 from kvx_ref import powersgd as ref
 
 import kvstore_ext  # noqa: F401
-from kvstore_ext import chunking
+from kvstore_ext import chunking, cost
 from kvstore_ext.codecs import PowerSGDCodec
 from kvstore_ext.codecs.powersgd import orthonormalise
 from kvstore_ext.memory import ChunkState
 from kvstore_ext.schemes import PowerSGD
 
 from test_dist_aggregate import JOB, job, launch, worker_gradients
+
+LINK = cost.Link(cost.parse_rate('1Gbit'), 50e-6)
 
 f32 = np.float32
 
@@ -80,15 +82,18 @@ def _store(**params):
 
 
 @pytest.mark.parametrize('shape, chunk_size, rank', [((64, 32, 5, 5), 1 << 20, 4),
-                                                     ((96, 400), 12800, 4),
-                                                     ((96, 400), 1 << 20, 1)])
+                                                     ((600, 2000), 4096, 4),
+                                                     ((96, 400), 1024, 1)])
 def test_store_matches_reference(shape, chunk_size, rank):
-    """One worker: outputs, residual and each chunk's Q over steps (the second case is
-    cut into 3 chunks of 32 rows, each its own low-rank problem)."""
+    """One worker: outputs, residual and each chunk's Q over steps. The second case's
+    factors (10,400 words) exceed chunk_size: it is cut into 3 chunks of 200 rows, each
+    its own low-rank problem; the third's (496 words) do not: one chunk, though the
+    matrix holds 37x chunk_size elements."""
     kv = _store(chunk_size=chunk_size, rank=rank)
     codec = kv.scheme.codec_for(shape, f32)
     chunks = chunking.split(codec, chunk_size)
-    assert isinstance(codec, PowerSGDCodec) and len(chunks) == (3 if chunk_size < 1e5 else 1)
+    assert isinstance(codec, PowerSGDCodec)
+    assert len(chunks) == (3 if rank * sum(ref.matrix_shape(shape)) > chunk_size else 1)
     want = ref.PowerSGDReference(shape, 1, rank=rank,
                                  bounds=[(c.start, c.stop) for c in chunks])
     rng = np.random.default_rng(1)
@@ -182,18 +187,21 @@ def test_scheme_choices():
     assert f((64, 32, 5, 5), f32).describe() == 'powersgd rank 4 of 64 x 800'
     assert isinstance(f((512, 784), f32), PowerSGDCodec)                 # FC
     assert f((100000,), f32).passthrough                                 # 1-D
-    assert f((10, 512), f32).passthrough                                 # small
+    assert isinstance(f((10, 512), f32), PowerSGDCodec)                  # small, pays
+    assert isinstance(f((32, 1, 5, 5), f32), PowerSGDCodec)              # 228 <= 800 / 2
     assert f((512, 784), np.float16).passthrough                         # not float32
     assert f((4096, 8), f32).passthrough                                 # not 2x smaller
     # rows of 2**20 elements: every chunk is one row, never 2x smaller
     assert f((16, 1 << 20), f32).passthrough
     assert isinstance(PowerSGD(chunk_size=1 << 24).codec_for((16, 1 << 20), f32),
                       PowerSGDCodec)
-    # chunks of a large FC tensor are row ranges, each a PowerSGD codec of its rows
+    # a large FC tensor (1.6M elements, above chunk_size) is one low-rank problem:
+    # its factors (14,592 words) are far below chunk_size
     chunks = chunking.split(f((512, 3136), f32), scheme.params['chunk_size'])
-    assert [(c.start, c.stop) for c in chunks] == [(0, 256), (256, 512)]
-    assert all(c.codec.shape == (256, 3136) and c.codec.state_shapes() ==
-               {'Q': (3136, 4)} for c in chunks)
+    assert [(c.start, c.stop, c.whole) for c in chunks] == [(0, 512, True)]
+    assert chunks[0].codec.state_shapes() == {'Q': (3136, 4)}
+    # size_threshold still exempts small tensors when given
+    assert PowerSGD(size_threshold=32768).codec_for((10, 512), f32).passthrough
     with pytest.raises(ValueError):
         PowerSGD(rank=0)
     with pytest.raises(ValueError):
@@ -236,6 +244,51 @@ def test_wire_bytes():
     assert stats['push_bytes'] == stats['pull_bytes'] == 4 * 4 * (100 + 150)
 
 
+# cnn512 of gluon_scripts/train_mnist.py: conv1, conv2, fc1, fc2 and their biases
+CNN512 = {'conv1': (32, 1, 5, 5), 'conv1_bias': (32,), 'conv2': (64, 32, 5, 5),
+          'conv2_bias': (64,), 'fc1': (512, 3136), 'fc1_bias': (512,), 'fc2': (10, 512),
+          'fc2_bias': (10,)}
+
+
+def torch_hook_words(shape, rank):
+    """Words a step of PyTorch's powerSGD_hook (default min_compression_rate 2): a
+    tensor of 2 or more axes viewed as (shape[0], rest) goes as its rank-r factors,
+    whole, if ``(rows + cols) * rank * 2 < rows * cols``; others go uncompressed."""
+    size = int(np.prod(shape))
+    if len(shape) < 2:
+        return size
+    rows, cols = shape[0], size // shape[0]
+    return (rows + cols) * rank if (rows + cols) * rank * 2 < rows * cols else size
+
+
+@pytest.mark.parametrize('rank', [1, 2, 4, 8])
+def test_bytes_on_cnn512_at_most_pytorch(rank):
+    """At its defaults the scheme compresses every matrix whose factors pay (the
+    reference's rule, one P and Q per matrix): the cost model's bytes a step (which
+    tests/test_cost_model.py holds equal to the store's comm_stats) are the
+    reference's, and no more than PyTorch's hook sends on the same shapes."""
+    scheme = PowerSGD(rank=rank)
+    model = cost.step_cost(cost.plan(scheme, CNN512, 4), 4, 2, LINK, 0.0,
+                           chunk_size=scheme.params['chunk_size'])
+    want = 4 * sum(ref.step_words(s, rank) for s in CNN512.values())
+    assert model.bytes_push == model.bytes_pull == want
+    assert want <= 4 * sum(torch_hook_words(s, rank) for s in CNN512.values())
+
+
+def test_store_bytes_follow_the_rule():
+    """A real store's comm_stats, one worker, at the defaults: a small matrix that pays
+    (10 x 512) and a large one (512 x 3136, above chunk_size elements) send their
+    factors whole; a bias goes float32."""
+    kv = mx.kv.create('dist_sync_powersgd')
+    kv.set_gradient_compression({'chunk_size': 1 << 20})
+    shapes = {'fc2': (10, 512), 'fc1': (512, 3136), 'fc1_bias': (512,)}
+    for key, shape in shapes.items():
+        kv.pushpull(key, mx.nd.ones(shape))
+    stats = kv.comm_stats()
+    assert stats['push_bytes'] == stats['pull_bytes'] == \
+        4 * sum(ref.step_words(s, 4) for s in shapes.values())
+
+
 PARAMS = {'size_threshold': 100, 'chunk_size': 1024}
 DIST_CASES = [(2, 2, {}), (4, 1, {'rank': 2, 'warmup_steps': 1})]
 
@@ -260,7 +313,7 @@ def test_dist_matches_reference(tmp_path, job_env, workers, servers, extra):
             continue
         compressed += 1
         chunks = chunking.split(codec, params['chunk_size'])
-        assert len(chunks) > 1                     # each chunk its own problem
+        assert len(chunks) == 1                    # factors below chunk_size: whole
         want = ref.PowerSGDReference(shape, workers, rank=codec.rank,
                                      bounds=[(c.start, c.stop) for c in chunks])
         sent = total = 0

@@ -45,6 +45,7 @@ import numpy as np
 
 from . import layerwise
 from .layerwise import LayerwiseChoice
+from .base import SIZE_THRESHOLD
 from .powersgd import PowerSGD
 from .. import chunking
 from ..codecs.powersgd import PowerSGDCodec
@@ -59,14 +60,19 @@ def candidate_ranks(rank):
 def rank_errors(matrix, codecs):
     """Frobenius norm of what the best rank-c approximation loses, for each codec of
     ``codecs`` (one per candidate rank, same tensor), chunk by chunk as each cuts it
-    (all are cut alike: the cut depends on the shape only)."""
+    (the cut may differ by rank: PowerSGD cuts a matrix only where its rank-c factors
+    exceed chunk_size words)."""
     squared = np.zeros(len(codecs))
-    for chunk in codecs[0][1]:
-        part = matrix[chunk.start:chunk.stop]
-        singular = np.linalg.svd(part, compute_uv=False)
-        tail = np.concatenate([np.cumsum((singular ** 2)[::-1])[::-1], [0.0]])
-        for i, (codec, _) in enumerate(codecs):
-            squared[i] += tail[min(codec.rank, singular.size)]
+    tails = {}
+    for i, (codec, chunks) in enumerate(codecs):
+        for chunk in chunks:
+            rows = (chunk.start, chunk.stop)
+            if rows not in tails:
+                singular = np.linalg.svd(matrix[chunk.start:chunk.stop], compute_uv=False)
+                tails[rows] = np.concatenate([np.cumsum((singular ** 2)[::-1])[::-1],
+                                              [0.0]])
+            tail = tails[rows]
+            squared[i] += tail[min(codec.rank, tail.size - 1)]
     return np.sqrt(squared)
 
 
@@ -76,6 +82,9 @@ class LGreCo(LayerwiseChoice, PowerSGD):
     PARAMS = dict(PowerSGD.PARAMS, **layerwise.PARAMS, **{
         'rank': Param('int', 4, 'default rank: the error budget is its total error, and '
                       'the candidates go from half to twice it', low=1, rank='tune'),
+        # the size rule every scheme shared, as its measurements were made with; plain
+        # PowerSGD decides by bytes alone (docs/decisions/powersgd-bytes-rule.md)
+        'size_threshold': SIZE_THRESHOLD,
     })
 
     def check(self, params):

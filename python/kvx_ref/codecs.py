@@ -559,6 +559,16 @@ def fp16_encode(grad, residual, num_workers):
     return half, (acc - half.astype(f32)).astype(f32), OK
 
 
+def fp16_encode_plain(grad, num_workers):
+    """Without error feedback: the gradient clipped to +-fp16_limit(num_workers) and
+    rounded to float16; nothing is kept. Returns (float16 halves, status)."""
+    acc = np.asarray(grad, f32)
+    if not np.isfinite(acc).all():
+        return np.zeros(acc.shape, np.float16), NONFINITE
+    bound = f32(fp16_limit(num_workers))
+    return np.clip(acc, -bound, bound).astype(np.float16), OK
+
+
 def fp16_server_sum(halves):
     """A model of the stock server's sum of float16 pushes: added in float32 in arrival
     order and rounded once to float16. One 4-worker run matched it on every element, a

@@ -36,6 +36,18 @@ def compressible(rows, cols, rank):
     return MIN_RATIO * rank * (rows + cols) <= rows * cols
 
 
+def step_words(shape, rank):
+    """float32 words a tensor of ``shape`` sends a step, each way: its rank-r factors
+    (``rank * (rows + cols)``, one P and one Q for the whole matrix) where they are
+    ``compressible``, else every element (1-D tensors too)."""
+    shape = tuple(int(d) for d in shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if len(shape) < 2:
+        return size
+    rows, cols = matrix_shape(shape)
+    return rank * (rows + cols) if compressible(rows, cols, rank) else size
+
+
 def initial_q(cols, rank, seed):
     """The Gaussian Q every worker draws at a chunk's first compressed step: seeded by
     (seed, cols, rank) only, so every worker draws the same."""
