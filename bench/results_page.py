@@ -110,9 +110,46 @@ WITHIN = {'ok': 'shown', '?': 'not resolved', 'WORSE': '**worse** shown'}
 DEFAULTS = 'schemes_4w_short_defaults.json'
 
 
+# Schemes whose defaults changed after the defaults run: their rows come from the runs at
+# today's defaults, each paired with the dist_sync run of the same seed in the same file
+# (same model, workers and schedule): {spec: (spec in those files, [(file, key)])}.
+CHANGED_DEFAULTS = {
+    'dist_sync_powersgd': ('dist_sync_powersgd', [('torch_ddp_side_by_side.json', 'ours'),
+                           ('powersgd_fp16_4w_short_seeds4-6.json', 'runs')]),
+    'dist_sync_fp16': ('dist_sync_fp16(error_feedback=0)', [
+        ('torch_ddp_side_by_side.json', 'ours'), ('powersgd_fp16_4w_short_seeds4-6.json', 'runs')]),
+}
+
+
+def changed_default_row(spec):
+    """The summary row of a scheme whose defaults changed (CHANGED_DEFAULTS), in
+    promise.summarize's fields that the tables read."""
+    label, sources = CHANGED_DEFAULTS[spec]
+    accs, diffs, seeds_ = [], [], []
+    push, pull = [], []
+    for name, key in sources:
+        runs = [r for r in load(name)[key] if not r.get('error')]
+        base = {r['seed']: r['final_acc'] for r in runs if r['spec'] == 'dist_sync'}
+        for r in runs:
+            if r['spec'] == label:
+                accs.append(100 * r['final_acc'])
+                seeds_.append(r['seed'])
+                if r['seed'] in base:
+                    diffs.append(100 * (base[r['seed']] - r['final_acc']))
+                if r.get('bytes_per_step'):
+                    push.append(r['bytes_per_step']['push'])
+                    pull.append(r['bytes_per_step']['pull'])
+    return {'spec': spec, 'seeds': sorted(seeds_), 'acc': promise.mean_std(accs),
+            'paired_diff_points': promise.mean_std(diffs),
+            'bound_points': promise.upper_bound(diffs),
+            'verdict': promise.verdict(diffs, 1.0), 'push': statistics.mean(push),
+            'pull': statistics.mean(pull), 'sources': [n for n, _ in sources]}
+
+
 def scheme_rows():
     """The defaults run's rows, in SCHEME_ORDER: the summary row of each spec with the
-    bytes a worker pushes and pulls a step (``push``, ``pull``, float32's ``raw``)."""
+    bytes a worker pushes and pulls a step (``push``, ``pull``, float32's ``raw``);
+    schemes whose defaults changed since, from their runs at today's defaults."""
     data = load(DEFAULTS)
     runs = [r for r in data['runs'] if not r.get('error')]
     rows = {r['spec']: r for r in promise.summarize(runs, margin=1.0)}
@@ -120,6 +157,9 @@ def scheme_rows():
     out = []
     for spec in SCHEME_ORDER + sorted(set(rows) - set(SCHEME_ORDER)):
         if spec not in rows:
+            continue
+        if spec in CHANGED_DEFAULTS:
+            out.append(dict(changed_default_row(spec), raw=raw))
             continue
         r = rows[spec]
         b = [x['bytes_per_step'] for x in runs if x['spec'] == spec and 'bytes_per_step' in x]
@@ -156,7 +196,11 @@ def section_schemes():
         table(['kvstore', 'seeds', 'test acc %', 'loss (points)', 'bound', 'within 1 point',
                'pushed (x fewer)', 'pulled (x fewer)'], out,
               ['---', '---:', '---', '---', '---:', '---', '---:', '---:']),
-        src(DEFAULTS),
+        src(DEFAULTS, *sorted({n for r in rows for n in r.get('sources', ())})),
+        'The rows of %s come from runs at their defaults of today, which changed after the '
+        'run of the others (docs/decisions/), each paired with the `dist_sync` run of the '
+        'same seed in the same file.' % ' and '.join(
+            LABEL.get(r['spec'], '`%s`' % r['spec']) for r in rows if r.get('sources')),
         '%d types are shown within a point, %d need more seeds than these to say, %d is '
         'shown worse (MXNet\'s fixed 2-bit threshold, kept as MXNet defines it). '
         'Runs of one seed are not bit-reproducible (the servers sum in arrival order), so '
@@ -196,7 +240,11 @@ def scheme_blocks():
                          % (LABEL.get(r['spec'], '`%s`' % r['spec']), pm(r['acc']),
                             len(r['seeds']), pm(r['paired_diff_points'], '%+.2f'),
                             r['bound_points'], VERDICT[r['verdict']], num(r['push']),
-                            r['raw'] / r['push'], num(r['pull']), r['raw'] / r['pull']))
+                            r['raw'] / r['push'], num(r['pull']), r['raw'] / r['pull'])
+                         + (' These runs are at the defaults of today, which changed after '
+                            'the run above: %s, each paired with the `dist_sync` run of the '
+                            'same seed there.' % files(*r['sources'])
+                            if r.get('sources') else ''))
         blocks[page] = '\n'.join(lines)
     return blocks
 

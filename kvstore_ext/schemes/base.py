@@ -31,8 +31,9 @@ POLICY_PARAMS = {
 # The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
 # everywhere, so that a comparison of schemes compresses the same tensors.
 SIZE_THRESHOLD = Param('int', 32768, 'tensors with fewer elements go uncompressed (biases, '
-                       'small layers); the same default in every scheme, so that all '
-                       'compress the same tensors', low=0, rank='leave')
+                       'small layers); the same default in every scheme that declares it, so '
+                       'that they compress the same tensors (PowerSGD decides by bytes '
+                       'instead)', low=0, rank='leave')
 
 
 class Scheme:
