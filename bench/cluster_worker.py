@@ -166,11 +166,14 @@ def main():
     from mxnet import gluon
     if args.kvstore not in NATIVE_KVSTORES:
         import kvstore_ext  # noqa: F401  (registers dist_sync_<scheme>)
+        import kvstore_ext.dad
 
     launch_id = int(os.environ.get('DMLC_WORKER_ID', '0'))
     mx.random.seed(42)
     np.random.seed(42)
     net = build_model(args.model)
+    if args.kvstore == 'dist_sync_dad':     # dAD sends the Dense layers' captured rows
+        kvstore_ext.dad.attach(net)
     net.initialize(mx.init.Xavier())
     net.hybridize()
     data = mx.nd.random.uniform(shape=(args.batch_size, 3, 32, 32))
