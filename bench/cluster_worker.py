@@ -201,6 +201,9 @@ def main():
             wall, cpu = timed_steps(net, local, data, label, loss_fn, 1)
             times['compute_step_s'] += wall
             times['compute_cpu_s'] += cpu
+            if args.kvstore == 'dist_sync_dad':     # no kvstore took these rows
+                for layer in kvstore_ext.dad.layers():
+                    layer.take()
         return times
 
     timed_steps(net, trainer, data, label, loss_fn, 1)
