@@ -28,7 +28,8 @@ Nothing is fitted to the step times. ``policy='auto'`` with a measured rate
     sudo .venv/bin/python bench/validate_cost_model.py --stop-at 10:45
 
 Rows are written to ``--json`` after every job, so a stopped sweep keeps what it has;
-``--stop-at HH:MM`` (UTC) starts no job after that time. ``--predict-only`` re-predicts
+``--stop-at HH:MM`` (UTC) starts no job after that time; ``--append`` adds to the file's
+rows (the sweep in parts, e.g. the slowest rates last). ``--predict-only`` re-predicts
 an existing file's rows (another speeds file, say) without running anything.
 bench/plot_cost_model.py makes the table and plots.
 """
@@ -352,6 +353,9 @@ def parse_args(argv):
     parser.add_argument('--predict-only', action='store_true',
                         help='re-predict the rows of --json, run nothing')
     parser.add_argument('--json', default=DEFAULT_OUT)
+    parser.add_argument('--append', action='store_true',
+                        help='add the rows to those already in --json (its config stays; '
+                             'this run\'s goes to more_config)')
     parser.add_argument('--prefix', default='kvxv', help='namespace prefix')
     parser.add_argument('--subnet', default='10.213.0.0/24')
     args = parser.parse_args(argv)
@@ -403,6 +407,10 @@ def main(argv=None):
         sys.exit('kvstore_ext does not import: %s' % plugin)
     config = {k: v for k, v in vars(args).items()}
     result = {'config': config, 'speeds': speeds.source, 'links': [], 'runs': []}
+    if args.append and os.path.exists(args.json):   # another part of one sweep
+        with open(args.json) as f:
+            result = json.load(f)
+        result.setdefault('more_config', []).append(config)
     previous = cluster.catch_stop_signals()
     code = 0
     try:
