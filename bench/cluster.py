@@ -327,7 +327,8 @@ def parse_args(argv):
     parser.add_argument('-n', '--workers', type=int, default=2)
     parser.add_argument('-s', '--servers', type=int, default=1)
     parser.add_argument('--rate', default='100mbit',
-                        help='per link and direction, tc units (default %(default)s)')
+                        help='per link and direction, tc units (default %(default)s); '
+                             '"none": unshaped (the veth\'s own speed)')
     parser.add_argument('--rate-multipliers', default='1',
                         type=lambda s: [float(x) for x in s.split(',')],
                         help='also run at these multiples of --rate, e.g. 1,4')

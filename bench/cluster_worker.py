@@ -166,11 +166,14 @@ def main():
     from mxnet import gluon
     if args.kvstore not in NATIVE_KVSTORES:
         import kvstore_ext  # noqa: F401  (registers dist_sync_<scheme>)
+        import kvstore_ext.dad
 
     launch_id = int(os.environ.get('DMLC_WORKER_ID', '0'))
     mx.random.seed(42)
     np.random.seed(42)
     net = build_model(args.model)
+    if args.kvstore == 'dist_sync_dad':     # dAD sends the Dense layers' captured rows
+        kvstore_ext.dad.attach(net)
     net.initialize(mx.init.Xavier())
     net.hybridize()
     data = mx.nd.random.uniform(shape=(args.batch_size, 3, 32, 32))
@@ -198,6 +201,9 @@ def main():
             wall, cpu = timed_steps(net, local, data, label, loss_fn, 1)
             times['compute_step_s'] += wall
             times['compute_cpu_s'] += cpu
+            if args.kvstore == 'dist_sync_dad':     # no kvstore took these rows
+                for layer in kvstore_ext.dad.layers():
+                    layer.take()
         return times
 
     timed_steps(net, trainer, data, label, loss_fn, 1)

@@ -94,8 +94,14 @@ UNITS = {'bit': 1, 'kbit': 1e3, 'mbit': 1e6, 'gbit': 1e9,
          'bps': 8, 'kbps': 8e3, 'mbps': 8e6, 'gbps': 8e9}   # tc's: 'bps' = bytes/s
 
 
+UNSHAPED = 'none'                     # a rate: no tbf, the veth's own speed
+
+
 def parse_rate(text):
-    """'100mbit' -> 100e6 bits per second (tc's units; a bare number is bit/s)."""
+    """'100mbit' -> 100e6 bits per second (tc's units; a bare number is bit/s);
+    'none' (UNSHAPED) -> inf: the link is left unshaped."""
+    if str(text).strip().lower() == UNSHAPED:
+        return float('inf')
     match = re.fullmatch(r'\s*([0-9.]+)\s*([a-zA-Z]*)\s*', str(text))
     unit = match.group(2).lower() if match else ''
     if not match or (unit and unit not in UNITS):
@@ -112,6 +118,8 @@ def parse_delay(text):
 
 
 def format_rate(bits_per_s):
+    if bits_per_s == float('inf'):
+        return UNSHAPED
     for unit, scale in (('gbit', 1e9), ('mbit', 1e6), ('kbit', 1e3)):
         if bits_per_s >= scale and bits_per_s % scale == 0:
             return '%d%s' % (bits_per_s // scale, unit)
@@ -122,13 +130,19 @@ def shaping_commands(netns, dev, rate_bps, delay_s=0.0):
     """argv lists that shape ``dev``'s egress in ``netns``: tbf, behind netem if delayed.
 
     tbf: ``burst`` holds a whole 64 KiB GSO packet (or 2 ms of traffic), the queue
-    holds 100 ms of traffic, so TCP rarely sees drops at these rates.
+    holds 100 ms of traffic, so TCP rarely sees drops at these rates. An infinite
+    rate (UNSHAPED) adds no tbf: nothing at all without a delay, netem alone with one.
     """
+    tc = ['tc', '-n', netns, 'qdisc']
+    if rate_bps == float('inf'):
+        if delay_s <= 0:
+            return []
+        return [tc + ['replace', 'dev', dev, 'root', 'handle', '1:', 'netem',
+                      'delay', '%dus' % round(delay_s * 1e6), 'limit', '100000']]
     rate_bytes = rate_bps / 8
     burst = int(max(TBF_MIN_BURST, rate_bytes * TBF_BURST_S))
     tbf = ['tbf', 'rate', '%dbit' % rate_bps, 'burst', str(burst),
            'latency', '%dms' % (TBF_QUEUE_S * 1000)]
-    tc = ['tc', '-n', netns, 'qdisc']
     if delay_s <= 0:
         return [tc + ['replace', 'dev', dev, 'root', 'handle', '1:'] + tbf]
     return [tc + ['replace', 'dev', dev, 'root', 'handle', '1:', 'netem',
@@ -289,7 +303,7 @@ class Cluster:
     def shape(self, rate_bps, delay_s=0.0):
         """(Re)shape every link; may be called between jobs."""
         for host in self.hosts:
-            if delay_s <= 0:    # drop a netem parent a previous call may have left
+            if delay_s <= 0:    # drop a netem parent (or tbf) a previous call may have left
                 run(['tc', '-n', host.netns, 'qdisc', 'del', 'dev', NODE_IF, 'root'],
                     check=False)
                 run(['tc', '-n', self.hub, 'qdisc', 'del', 'dev', host.hub_if, 'root'],
@@ -331,7 +345,8 @@ def main(argv=None):
     parser.add_argument('action', choices=['up', 'down'])
     parser.add_argument('-n', '--workers', type=int, default=2)
     parser.add_argument('-s', '--servers', type=int, default=1)
-    parser.add_argument('--rate', default='100mbit', help='per link and direction')
+    parser.add_argument('--rate', default='100mbit',
+                        help='per link and direction; "none": unshaped')
     parser.add_argument('--delay', default='0ms', help='one-way node-to-node (netem)')
     parser.add_argument('--prefix', default=DEFAULT_PREFIX)
     parser.add_argument('--subnet', default=DEFAULT_SUBNET)

@@ -592,6 +592,70 @@ def section_cluster():
         'the server-decoded schemes are bound by their float32 pull.'])
 
 
+# -- the cost model against the emulated cluster ------------------------------------------
+
+def _load_by_path(name):
+    """A bench module that imports no MXNet at import time (plot_cost_model.py)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + '.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def section_cost_model():
+    name = 'cost_model_validation.json'
+    data = load(name)
+    pcm = _load_by_path('plot_cost_model')
+    summary = pcm.summary(data)
+    groups = {}
+    for r, p, m, ratio in pcm.cells(data):
+        g = groups.setdefault((r['workers'], r['model'], r['rate_bps'], r['rate']), [])
+        g.append((ratio, pcm.within(m, p)))
+    rows = [[w, model, rate, len(g), sum(ok for _, ok in g),
+             '%.2f' % statistics.median(x for x, _ in g),
+             '%.2f-%.2f' % (min(x for x, _ in g), max(x for x, _ in g))]
+            for (w, model, _, rate), g in sorted(groups.items())]
+    prows = [[p['workers'], p['model'], p['rate'],
+              'given' if 'link_rate' in p['scheme'] else 'measured',
+              num(1000 * p['auto_s']), '`%s` %s' % (p['best_fixed'], num(1000 * p['best_fixed_s'])),
+              num(1000 * p['dist_sync_s']), '%.2f' % (p['auto_s'] / p['best_fixed_s']),
+              'yes' if p['within_5'] else '**no**', '%.2f' % (p['auto_s'] / p['dist_sync_s']),
+              'yes' if p['not_3_slower'] else '**no**',
+              '%.2f' % (p['adjusted_s'] / p['best_fixed_adjusted_s']),
+              '%.2f' % (p['adjusted_s'] / p['dist_sync_adjusted_s'])]
+             for p in pcm.policy_rows(data)]
+    cfg = data['config']
+    return '\n\n'.join([
+        '## The cost model against the emulated cluster',
+        '![vgg](../bench/results/cost_model_vgg.png)',
+        '![resnet](../bench/results/cost_model_resnet.png)',
+        '`bench/validate_cost_model.py`: every scheme at its defaults on `bench/cluster.py`\'s '
+        'emulated cluster (1 server, links at %s; `none`: unshaped), %d warm-up and %d timed '
+        'steps a job, each job predicted by `kvstore_ext/cost.py` from the model\'s shapes, '
+        'the link (the tc rate; unshaped: a TCP probe\'s rate) and the job\'s own measured '
+        'compute time; codec speeds: %s. Nothing is fitted. **%d of %d cells are within '
+        '20%%** of the measured step. `ratio` = measured / predicted; every cell is in '
+        '`bench/results/cost_model_validation.md`, and docs/COST_MODEL.md says why cells miss.'
+        % (', '.join(cfg['rates']), cfg['warmup'], cfg['steps'], data['speeds'],
+           summary['within'], summary['cells']),
+        table(['workers', 'model', 'link', 'cells', 'within 20%', 'median ratio', 'ratios'],
+              rows, ['---:', '---', '---', '---:', '---:', '---:', '---']),
+        src(name, 'cost_model_validation.md'),
+        "Hylo's `policy='auto'` on the same runs, against the better of its two fixed "
+        "choices (every key float32: `dist_sync`; every key compressed: `dist_sync_hylo`) "
+        "and against `dist_sync` (targets: within 5%, and not more than 3% slower). The "
+        "last two columns put the cell's median compute time in place of each job's own "
+        "(step - compute + median): other load on the machine moved the compute-only "
+        "steps of one cell's jobs by up to 3x.",
+        table(['workers', 'model', 'link', 'rate', 'auto ms', 'best fixed ms',
+               '`dist_sync` ms', 'auto / best', 'within 5%', 'auto / `dist_sync`',
+               'not > 3% slower', 'auto / best, same compute',
+               'auto / `dist_sync`, same compute'], prows,
+              ['---:', '---', '---', '---', '---:', '---', '---:', '---:', '---', '---:', '---',
+               '---:', '---:']),
+        src(name)])
+
+
 # -- time to accuracy ---------------------------------------------------------------------
 
 TTA_LABEL = {'dist_sync_hylo': "`dist_sync_hylo`, server mode",
@@ -756,8 +820,8 @@ LIMITS = """## Limits of this evidence
 
 def build():
     parts = [HEAD, section_schemes(), section_matrix(), section_wire(), section_step_time(),
-             section_cluster(), section_time_to_accuracy(), section_kernels(),
-             section_user_script(), LIMITS]
+             section_cluster(), section_cost_model(), section_time_to_accuracy(),
+             section_kernels(), section_user_script(), LIMITS]
     blocks = '\n\n'.join(parts).split('\n\n')
     return '\n\n'.join(b if '\n' in b or b[:1] in '|#!' else prose(b) for b in blocks) + '\n'
 
