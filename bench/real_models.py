@@ -81,7 +81,8 @@ def measure(args):
                 ['-n', '2', '-s', '1', '--rate', rate, '--models'] + args.models +
                 ['--schemes'] + args.schemes +
                 ['--steps', str(args.steps), '--warmup', str(args.warmup),
-                 '--batch-size', '1', '--timeout', str(args.timeout), '--json', part]))
+                 '--batch-size', '1', '--timeout', str(args.timeout), '--json', part,
+                 '--prefix', args.prefix, '--subnet', args.subnet]))
             runs = json.load(open(part))['runs'] if os.path.exists(part) else []
         for row in runs:
             row['num_workers'], row['num_servers'] = 2, 1
@@ -155,6 +156,9 @@ def parse_args(argv):
     m.add_argument('--steps', type=int, default=3)
     m.add_argument('--warmup', type=int, default=1)
     m.add_argument('--timeout', type=float, default=900, help='seconds per job')
+    m.add_argument('--prefix', default='kvxreal',
+                   help='namespace prefix (another than a concurrent cluster.py run\'s)')
+    m.add_argument('--subnet', default='10.213.0.0/24')
     m.add_argument('--json', default=os.path.join(HERE, 'results',
                                                   'real_models_cluster.json'))
     m.set_defaults(func=measure)
