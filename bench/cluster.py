@@ -335,7 +335,8 @@ def parse_args(argv):
     parser.add_argument('--delay', default='0ms',
                         help='one-way node-to-node delay (netem; needs sch_netem)')
     parser.add_argument('--models', nargs='+', default=['vgg', 'resnet'],
-                        help='vgg (FC-heavy), resnet (conv-heavy)')
+                        help='vgg (FC-heavy), resnet (conv-heavy), or gluoncv model-zoo names '
+                        '(resnet50_v1, vgg16: 224x224 images)')
     parser.add_argument('--schemes', nargs='+', default=DEFAULT_SCHEMES,
                         help='KVSTORE[:KEY=VALUE,...] each (compression_params)')
     parser.add_argument('--kvstore', help='a single scheme instead of --schemes')

@@ -654,6 +654,58 @@ def section_cost_model():
               ['---:', '---', '---', '---', '---:', '---', '---:', '---:', '---', '---:', '---',
                '---:', '---:']),
         src(name)])
+# -- models users train ---------------------------------------------------------------------
+
+def section_real_models():
+    measured, scale = 'real_models_cluster.json', 'real_models_scale.json'
+    data = load(measured)
+    runs = [r for r in data['runs'] if not r.get('error') and r.get('step_s')]
+    base = {(r['rate'], r['model']): r['step_s'] for r in runs if r['scheme'] == 'dist_sync'}
+
+    def predicted(r):
+        p = r.get('predicted')
+        if not p or p.get('step_s') is None:
+            return '-', '-'
+        return num(1000 * p['step_s']), '%.2f' % (p['step_s'] / r['step_s'])
+    rows = [[r['model'], r['rate'], '`%s`' % r['scheme'], num(1000 * r['step_s']),
+             num(1000 * r['compute_s']), '%.1f' % (r['link_bytes_per_step'] / 1e6),
+             '%.2fx' % (base[(r['rate'], r['model'])] / r['step_s'])
+             if (r['rate'], r['model']) in base else '-'] + list(predicted(r))
+            for r in runs]
+    cfg = data['config']
+    ext = load(scale)
+    ecfg = ext['config']
+    links = ecfg['links']
+    parts = [
+        '## Models users train: ResNet-50 and VGG-16',
+        '`bench/real_models.py measure`: gluoncv\'s `resnet50_v1` (25.6 M parameters) and '
+        '`vgg16` (138 M), random weights, synthetic 224x224 images, a batch of 1 a worker, '
+        '2 workers and 1 server on the emulated cluster (every node in its own network '
+        'namespace, links shaped to %s), median of %d timed steps. `predicted` is '
+        '`kvstore_ext/cost.py` for that run, given the run\'s own compute time and codec '
+        'speeds calibrated on this machine (`docs/COST_MODEL.md`); `pred/meas` is its '
+        'ratio to the measured step.' % (' and '.join(cfg['rates'].split(',')), cfg['steps']),
+        table(['model', 'rate', 'scheme', 'step ms', 'compute ms', 'link MB', 'speed-up',
+               'predicted ms', 'pred/meas'], rows,
+              ['---', '---', '---', '---:', '---:', '---:', '---:', '---:', '---:']),
+        src(measured),
+        '`bench/real_models.py extrapolate`: the cost model alone at the scale these '
+        'models train, as many servers as workers, %s latency, no overlap, codec speeds '
+        'of this machine\'s CPU; the compute time of a step is given (%s). Each cell: the '
+        'fastest kvstore and its speed-up over `dist_sync`; then `dist_sync_hylo`\'s.'
+        % (ecfg['latency'], ', '.join('%s %g ms' % kv for kv in
+                                         sorted(ecfg['compute_ms'].items())))]
+    for model in sorted({c['model'] for c in ext['cells']}):
+        cells = {(c['workers'], c['link']): c for c in ext['cells'] if c['model'] == model}
+        workers = sorted({w for w, _ in cells})
+        erows = [['%s, %d workers' % (model, w)] + [
+            '%s %.2fx; Hylo %.2fx' % (cells[(w, l)]['fastest'].replace('dist_sync_', ''),
+                                      cells[(w, l)]['fastest_speedup'],
+                                      cells[(w, l)]['hylo_speedup'])
+            if (w, l) in cells else '-' for l in links] for w in workers]
+        parts.append(table(['model'] + links, erows))
+    parts.append(src(scale))
+    return '\n\n'.join(parts)
 
 
 # -- time to accuracy ---------------------------------------------------------------------
