@@ -119,7 +119,8 @@ def predict(shapes, workers, servers, link, compute_seconds, overlap=0.0, speeds
     from .schemes import NoCompression
     rows = [('dist_sync', cost.step_cost(cost.plan(NoCompression(), shapes, workers),
                                          workers, servers, link, compute_seconds,
-                                         speeds, overlap))]
+                                         speeds, overlap,
+                                         spread_above=cost.MXNET_BIGARRAY_BOUND))]
     for label, name, params in cost.variants(SCHEMES):
         codecs = cost.plan(SCHEMES[name](**params), shapes, workers)
         rows.append((label, cost.step_cost(codecs, workers, servers, link,

@@ -295,13 +295,22 @@ class StepCost:
         return self.codec_seconds is not None
 
 
+# MXNet's own dist_sync cuts an array of more elements than this (its
+# MXNET_KVSTORE_BIGARRAY_BOUND, default 10^6) evenly over all servers and places a smaller
+# one whole on one server (src/kvstore/kvstore_dist.h, EncodeDefaultKey).
+MXNET_BIGARRAY_BOUND = 1000 * 1000
+
+
 def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, overlap=0.0,
-              chunk_size=1 << 20, padded=True):
+              chunk_size=1 << 20, padded=True, spread_above=None):
     """Predict one step. ``codecs``: {tensor name: codec}, in the order the worker pushes
     them (keys are placed on servers in that order). ``overlap``: the fraction of the
     compute time that the wire time may hide behind (0: none). ``chunk_size``: the
     scheme's. ``padded``: bytes as the parameter-server transport sends them; False:
-    as the one-process transport counts them (tensor_rounds). See docs/COST_MODEL.md."""
+    as the one-process transport counts them (tensor_rounds). ``spread_above``: a tensor
+    of more elements is spread evenly over all servers, as MXNet's own ``dist_sync``
+    does (MXNET_BIGARRAY_BOUND); None: every chunk is a key placed as kvstore_ext's
+    transport places it. See docs/COST_MODEL.md."""
     if workers < 1 or servers < 1:
         raise ValueError('workers and servers must be >= 1, got %r and %r'
                          % (workers, servers))
@@ -329,6 +338,9 @@ def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, over
             mine_out[server] += workers * down
             if seconds is not None and stage == len(codec.wire_words(workers)) - 1:
                 server_busy[server] += seconds[2][chunk]
+        if spread_above is not None and int(np.prod(codec.shape)) > spread_above:
+            mine_in = [sum(mine_in) / servers] * servers
+            mine_out = [sum(mine_out) / servers] * servers
         t_push = sum(r[3] for r in rounds)
         t_pull = sum(r[4] for r in rounds)
         stages = len({r[0] for r in rounds})

@@ -142,6 +142,26 @@ def test_a_fast_link_picks_dist_sync_and_a_slow_link_compression():
         slow['dist_sync'].bytes_push + slow['dist_sync'].bytes_pull
 
 
+def test_mxnet_dist_sync_spreads_a_big_array_over_all_servers():
+    """MXNet cuts an array above its bigarray bound (10^6 elements) evenly over every
+    server; kvstore_ext's transport places each 2^20-element chunk on one server. At 8
+    servers a 4M-element gradient from 4 workers loads a server with 1/8 of the sum under
+    dist_sync's row and with a whole chunk (1/4) under kvstore_ext's placement."""
+    shapes = {'fc': (4096, 1024)}
+    link = cost.Link(1e9)
+    workers, servers = 4, 8
+    rows = dict(advise.predict(shapes, workers, servers, link, 0.0))
+    total = workers * 4096 * 1024 * 4
+    assert rows['dist_sync'].server_link_seconds == pytest.approx(total / servers / 1e9)
+    ours = cost.step_cost(cost.plan(NoCompression(), shapes, workers), workers, servers,
+                          link, 0.0)
+    assert ours.server_link_seconds == pytest.approx(total / 4 / 1e9)
+    small = {'w': (512, 512)}         # below the bound: one server either way
+    rows = dict(advise.predict(small, workers, servers, link, 0.0))
+    assert rows['dist_sync'].server_link_seconds == pytest.approx(
+        workers * 512 * 512 * 4 / 1e9)
+
+
 def test_overlap_hides_wire_time_behind_compute():
     none = predictions('100Mbit', 0.0, 0.2)['dist_sync']
     half = dict(advise.predict(model_shapes(), 4, 2, cost.Link(cost.parse_rate('100Mbit')),
