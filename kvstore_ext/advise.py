@@ -29,9 +29,10 @@ _HYLO_DEFAULT = ('within 0.5 points of dist_sync, shown by a one-sided bound, in
                  'MNIST cells (cnn512, MLP, LeNet; 4 and 8 workers; short and long runs): '
                  'docs/RESULTS.md ("Hylo\'s accuracy matrix"), '
                  'hylo_fc_momentum_correction_8w.json, hylo_masking_high_rate_8w_long.json')
-_LONG_4W = ('within 0.5 points of dist_sync on the mean on cnn512 and the MLP at 4 '
-            'workers, long runs, 2 seeds (not shown): '
-            'schemes_4w_long.json')
+_DEFAULTS_4W = ('shown within 1 point of dist_sync at its defaults (cnn512, 4 workers, '
+                'short run; docs/RESULTS.md, "Every scheme at its defaults")')
+_LONG_4W = ('within 0.5 points on the mean on cnn512 and the MLP at 4 workers, long '
+            'runs, 2 seeds (not shown): schemes_4w_long.json')
 EVIDENCE = {
     'dist_sync': 'the baseline',
     'dist_sync_none': 'no compression: the same float32 sums as dist_sync',
@@ -45,24 +46,30 @@ EVIDENCE = {
     'dist_sync_2bit': 'does not train the MNIST CNN (ends near 58%; other thresholds did '
                       'not fix it): docs/RESULTS.md ("Time to accuracy"), '
                       'accuracy_2bit_thresholds.json',
-    'dist_sync_thc': _LONG_4W + '; 8 workers short: MLP shown within 0.5 '
-                     '(schemes_8w_short_thc_powersgd_lgreco_dad.json)',
-    'dist_sync_fp16': _LONG_4W + '; 8 workers short: MLP equal to dist_sync '
+    'dist_sync_thc': _DEFAULTS_4W + '; ' + _LONG_4W + '; 8 workers short: MLP shown '
+                     'within 0.5 (schemes_8w_short_thc_powersgd_lgreco_dad.json)',
+    'dist_sync_fp16': _DEFAULTS_4W + ' (no error feedback: '
+                      'docs/decisions/fp16-error-feedback.md); with error feedback, '
+                      + _LONG_4W + '; 8 workers short: MLP equal to dist_sync '
                       '(schemes_8w_short_topk_fp16_adacomp.json)',
-    'dist_sync_powersgd': _LONG_4W,
-    'dist_sync_lgreco': _LONG_4W + '; within a point at 8 workers on cnn512 '
-                        '(schemes_8w_short_thc_powersgd_lgreco_dad.json)',
-    'dist_sync_adacomp': _LONG_4W,
-    'dist_sync_dad': _LONG_4W + ' (its Dense layers are modelled here as its fallback, '
-                     'Hylo: dAD\'s size depends on the batch)',
-    'dist_sync_topk': _LONG_4W + '; fails cnn512 at 8 workers, short, by 14.4 points '
+    'dist_sync_powersgd': _DEFAULTS_4W + ' (its bytes rule: '
+                          'docs/decisions/powersgd-bytes-rule.md); with the former size '
+                          'rule, ' + _LONG_4W,
+    'dist_sync_lgreco': _DEFAULTS_4W + '; ' + _LONG_4W + '; within a point at 8 workers '
+                        'on cnn512 (schemes_8w_short_thc_powersgd_lgreco_dad.json)',
+    'dist_sync_adacomp': _DEFAULTS_4W + '; ' + _LONG_4W,
+    'dist_sync_dad': _DEFAULTS_4W + '; ' + _LONG_4W + ' (its Dense layers are modelled '
+                     'here as its fallback, Hylo: dAD\'s size depends on the batch)',
+    'dist_sync_topk': _DEFAULTS_4W + '; at the former ratio 0.01: ' + _LONG_4W +
+                      ', and 14.4 points below on cnn512 at 8 workers, short '
                       '(schemes_8w_short_topk_fp16_adacomp.json)',
-    'dist_sync_lgreco_hylo': 'within noise of dist_sync at 4 workers, short, 3 seeds; '
-                             '9 points below on cnn512 at 8 workers before Hylo\'s '
-                             '8-worker fixes, not measured since: '
-                             'lgreco_hylo_4w_short.json, lgreco_hylo_8w_short.json',
+    'dist_sync_lgreco_hylo': _DEFAULTS_4W + '; 9 points below on cnn512 at 8 workers '
+                             'before Hylo\'s 8-worker fixes, not measured since: '
+                             'lgreco_hylo_8w_short.json',
 }
-EVIDENCE['dist_sync_lgreco_hylo:aggregation=server'] = EVIDENCE['dist_sync_lgreco_hylo']
+EVIDENCE['dist_sync_lgreco_hylo:aggregation=server'] = (
+    'within noise of dist_sync at 4 workers, short, 3 seeds, before the defaults run: '
+    'lgreco_hylo_4w_short.json')
 NO_EVIDENCE = 'no evidence'
 # shown (a one-sided bound) within 0.5 points of dist_sync on every cell measured
 SHOWN_WITHIN_HALF_POINT = ('dist_sync', 'dist_sync_none', 'dist_sync_hylo',
