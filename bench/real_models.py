@@ -22,8 +22,10 @@ models they train. This benchmark has two parts:
     ``advise --calibrate`` does; a GPU encoder would be faster, so these favour
     dist_sync.
 
-    sudo python bench/real_models.py measure --json bench/results/real_models_cluster.json
-    python bench/real_models.py extrapolate --json bench/results/real_models_scale.json
+    sudo python bench/real_models.py measure        # real_models_cluster.json
+    python bench/real_models.py extrapolate         # real_models_scale.json
+
+(both written into bench/results/ unless ``--json`` says otherwise)
 
 Measures step times: run ``measure`` on a quiet machine.
 """
