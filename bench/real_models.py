@@ -23,6 +23,7 @@ models they train. This benchmark has two parts:
     dist_sync.
 
     sudo python bench/real_models.py measure        # real_models_cluster.json
+    python bench/real_models.py predict             # its predictions again, no jobs
     python bench/real_models.py extrapolate         # real_models_scale.json
 
 (both written into bench/results/ unless ``--json`` says otherwise)
@@ -58,22 +59,46 @@ def predict_run(row, shapes, speeds):
     """cost.py's step time (s) for one measured cluster row, from the row's own compute
     time; None when a codec's speed is unknown."""
     from kvstore_ext import advise, cost
-    link = cost.Link(row['rate_bps'], 0.0)
-    label = row['scheme']
+    link = cost.Link(row['rate_bps'] / 8.0, 0.0)          # bits/s -> bytes/s
     preds = dict(advise.predict(shapes, row['num_workers'], row['num_servers'], link,
                                 row['compute_s'], 0.0, speeds))
-    key = label if label in preds else label.replace(':aggregation=homomorphic', '')
-    step = preds.get(key)
+    step = preds.get(advise_label(row['scheme']))
     return None if step is None else {
         'step_s': step.step_seconds, 'bytes_push': step.bytes_push,
         'bytes_pull': step.bytes_pull}
 
 
-def measure(args):
-    import cluster
+def advise_label(scheme):
+    """cluster.py's 'dist_sync_hylo(aggregation=server)' -> advise's
+    'dist_sync_hylo:aggregation=server'."""
+    name, _, params = scheme.partition('(')
+    return name + (':' + params.rstrip(')') if params else '')
+
+
+def add_predictions(out, models):
+    """Each measured row's prediction, codec speeds calibrated on the model's shapes."""
     from kvstore_ext import cost
     from kvstore_ext.cost_calibrate import calibrate
     from kvstore_ext.registry import SCHEMES as REGISTERED
+    for model in models:
+        shapes = shapes_of(model)
+        speeds = calibrate(cost.variants(REGISTERED), shapes, repeats=2)
+        for row in out['runs']:
+            if row.get('model') == model and not row.get('error'):
+                row['predicted'] = predict_run(row, shapes, speeds)
+
+
+def predict(args):
+    """Predictions again for a measured file (the jobs are not re-run)."""
+    with open(args.json) as f:
+        out = json.load(f)
+    add_predictions(out, sorted({r['model'] for r in out['runs'] if r.get('model')}))
+    _write(args.json, out)
+    return 0
+
+
+def measure(args):
+    import cluster
     out = {'config': {k: v for k, v in vars(args).items() if k != 'func'}, 'runs': []}
     code = 0
     for rate in args.rates.split(','):
@@ -90,12 +115,7 @@ def measure(args):
             row['num_workers'], row['num_servers'] = 2, 1
         out['runs'] += runs
         _write(args.json, out)                   # after every rate: a partial run stays
-    for model in args.models:
-        shapes = shapes_of(model)
-        speeds = calibrate(cost.variants(REGISTERED), shapes, repeats=2)
-        for row in out['runs']:
-            if row.get('model') == model and not row.get('error'):
-                row['predicted'] = predict_run(row, shapes, speeds)
+    add_predictions(out, args.models)
     _write(args.json, out)
     return code
 
@@ -164,6 +184,10 @@ def parse_args(argv):
     m.add_argument('--json', default=os.path.join(HERE, 'results',
                                                   'real_models_cluster.json'))
     m.set_defaults(func=measure)
+    p = sub.add_parser('predict', help='the predictions again for a measured file')
+    p.add_argument('--json', default=os.path.join(HERE, 'results',
+                                                  'real_models_cluster.json'))
+    p.set_defaults(func=predict)
     e = sub.add_parser('extrapolate', help='the cost model at 16-1,024 workers')
     e.add_argument('--models', nargs='+', default=MODELS)
     e.add_argument('--workers', nargs='+', type=int, default=WORKERS)
