@@ -79,36 +79,35 @@ def test_every_cited_result_file_exists():
     assert not missing, 'cited result files that do not exist:\n' + '\n'.join(missing)
 
 
+def _edit_block_and_check(path, pattern, replacement, flag):
+    """Hand-edit the generated block of ``path`` (a copy) by ``pattern``: the check
+    (given ``flag`` pointing at the copy) fails naming the file, and the generator
+    restores it byte for byte."""
+    text = path.read_text()
+    block = text[text.index('<!-- defaults:begin -->'):text.index('<!-- defaults:end -->')]
+    edited = re.sub(pattern, replacement, block, count=1)
+    assert edited != block
+    path.write_text(text.replace(block, edited))
+    result = _generate('--check', *flag)
+    assert result.returncode == 1
+    assert path.name in result.stderr and 'make results-page' in result.stderr
+    assert _generate(*flag).returncode == 0       # rewrites it
+    assert path.read_text() == text
+
+
 def test_check_fails_on_a_scheme_page_whose_numbers_differ(tmp_path):
     """The scheme pages' numbers at the defaults are the generator's too: a hand edit of
     one (here Hylo's test accuracy) fails the check, naming the page."""
     schemes = tmp_path / 'schemes'
     shutil.copytree(os.path.join(REPO, 'docs', 'schemes'), str(schemes))
-    page = schemes / 'hylo.md'
-    text = page.read_text()
-    block = text[text.index('<!-- defaults:begin -->'):text.index('<!-- defaults:end -->')]
-    edited = re.sub(r'\d+\.\d\d ±', '99.99 ±', block, count=1)
-    assert edited != block
-    page.write_text(text.replace(block, edited))
-    result = _generate('--check', '--schemes', str(schemes))
-    assert result.returncode == 1
-    assert 'hylo.md' in result.stderr and 'make results-page' in result.stderr
-    assert _generate('--schemes', str(schemes)).returncode == 0       # rewrites it
-    assert page.read_text() == text
+    _edit_block_and_check(schemes / 'hylo.md', r'\d+\.\d\d ±', '99.99 ±',
+                          ['--schemes', str(schemes)])
 
 
 def test_check_fails_on_a_readme_whose_table_differs(tmp_path):
     """README's first-screen table is generated from the same files: a hand edit of its
     bytes fails the check, naming README, and the generator restores it."""
     readme = tmp_path / 'README.md'
-    with open(os.path.join(REPO, 'README.md')) as f:
-        text = f.read()
-    block = text[text.index('<!-- defaults:begin -->'):text.index('<!-- defaults:end -->')]
-    edited = re.sub(r'\(\d+\.\dx fewer\)', '(9.9x fewer)', block, count=1)
-    assert edited != block
-    readme.write_text(text.replace(block, edited))
-    result = _generate('--check', '--readme', str(readme))
-    assert result.returncode == 1
-    assert 'README.md' in result.stderr and 'make results-page' in result.stderr
-    assert _generate('--readme', str(readme)).returncode == 0
-    assert readme.read_text() == text
+    shutil.copy(os.path.join(REPO, 'README.md'), str(readme))
+    _edit_block_and_check(readme, r'\(\d+\.\dx fewer\)', '(9.9x fewer)',
+                          ['--readme', str(readme)])
