@@ -56,23 +56,13 @@ def shapes_of(model):
 
 
 def predict_run(row, shapes, speeds):
-    """cost.py's step time (s) for one measured cluster row, from the row's own compute
-    time; None when a codec's speed is unknown."""
-    from kvstore_ext import advise, cost
-    link = cost.Link(row['rate_bps'] / 8.0, 0.0)          # bits/s -> bytes/s
-    preds = dict(advise.predict(shapes, row['num_workers'], row['num_servers'], link,
-                                row['compute_s'], 0.0, speeds))
-    step = preds.get(advise_label(row['scheme']))
-    return None if step is None else {
-        'step_s': step.step_seconds, 'bytes_push': step.bytes_push,
-        'bytes_pull': step.bytes_pull}
-
-
-def advise_label(scheme):
-    """cluster.py's 'dist_sync_hylo(aggregation=server)' -> advise's
-    'dist_sync_hylo:aggregation=server'."""
-    name, _, params = scheme.partition('(')
-    return name + (':' + params.rstrip(')') if params else '')
+    """The cost model's step of one measured cluster row (validate_cost_model.predict),
+    from the row's own compute time; its 'step_s' is None when a codec's speed is
+    unknown."""
+    import validate_cost_model
+    return validate_cost_model.predict(
+        shapes, row['kvstore'], row['compression_params'], row['num_workers'],
+        row['num_servers'], row['rate_bps'], 0.0, row['compute_s'], speeds)
 
 
 def add_predictions(out, models):

@@ -77,7 +77,8 @@ def model_shapes(model):
     import cluster_worker
     net = cluster_worker.build_model(model)
     net.initialize()
-    net(mx.nd.zeros((1, 3, 32, 32)))
+    side = cluster_worker.image_size(model)
+    net(mx.nd.zeros((1, 3, side, side)))
     return {p.name: tuple(p.shape) for p in net.collect_params().values()
             if p.grad_req != 'null'}
 
@@ -107,11 +108,10 @@ def predict(shapes, kvstore, params, workers, servers, rate_bits, latency_s,
     params = dict(params)
     if params.get('policy') == 'auto' and not params.get('link_rate'):
         params['link_rate'] = rate_bits
-    scheme = scheme_of(kvstore, params)
-    codecs = cost.plan(scheme, shapes, workers)
-    step = cost.step_cost(codecs, workers, servers, cost.Link(rate_bits / 8.0, latency_s),
-                          compute_s, speeds, chunk_size=scheme.params['chunk_size'])
-    compressed = sum(1 for c in codecs.values() if not c.passthrough)
+    step = cost.scheme_step(scheme_of(kvstore, params), shapes, workers, servers,
+                            cost.Link(rate_bits / 8.0, latency_s), compute_s, speeds,
+                            mxnet_dist_sync=kvstore == 'dist_sync')
+    compressed = sum(1 for c in step.codecs.values() if not c.passthrough)
     serial = None
     if servers == 1 and step.step_seconds is not None:
         # not the model: the same step if the server's link carried its pushes and its

@@ -124,14 +124,13 @@ def predict(shapes, workers, servers, link, compute_seconds, overlap=0.0, speeds
     from . import cost
     from .registry import SCHEMES
     from .schemes import NoCompression
-    rows = [('dist_sync', cost.step_cost(cost.plan(NoCompression(), shapes, workers),
-                                         workers, servers, link, compute_seconds,
-                                         speeds, overlap,
-                                         spread_above=cost.MXNET_BIGARRAY_BOUND))]
+    rows = [('dist_sync', cost.scheme_step(NoCompression(), shapes, workers, servers, link,
+                                           compute_seconds, speeds, overlap,
+                                           mxnet_dist_sync=True))]
     for label, name, params in cost.variants(SCHEMES):
-        codecs = cost.plan(SCHEMES[name](**params), shapes, workers)
-        rows.append((label, cost.step_cost(codecs, workers, servers, link,
-                                           compute_seconds, speeds, overlap)))
+        rows.append((label, cost.scheme_step(SCHEMES[name](**params), shapes, workers,
+                                             servers, link, compute_seconds, speeds,
+                                             overlap)))
     return rows
 
 
@@ -251,7 +250,7 @@ def main(argv=None):
         with open(args.json, 'w') as f:
             json.dump({'config': {k: v for k, v in vars(args).items()},
                        'rows': [dict(kvstore=label, **{k: v for k, v in vars(c).items()
-                                                       if k != 'tensors'})
+                                                       if k not in ('tensors', 'codecs')})
                                 for label, c in rows]}, f, indent=1)
     return 0
 

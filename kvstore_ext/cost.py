@@ -369,7 +369,8 @@ def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, over
                     server_link_seconds=server_link, rounds=rounds, wire_seconds=wire,
                     codec_seconds=codec_seconds, server_seconds=server_seconds,
                     hidden_seconds=hidden, compute_seconds=compute_seconds,
-                    step_seconds=step, unmeasured=unmeasured, tensors=tensors)
+                    step_seconds=step, unmeasured=unmeasured, tensors=tensors,
+                    codecs=codecs)
 
 
 def _wire(push, pull, server_in, server_out, rounds, link):
@@ -406,6 +407,16 @@ def variants(schemes):
                 if all(label != o[0] for o in out):
                     out.append((label, name, given))
     return out
+
+
+def scheme_step(scheme, shapes, workers, servers, link, compute_seconds, speeds=None,
+                overlap=0.0, mxnet_dist_sync=False):
+    """step_cost of ``scheme`` planned for ``shapes``, cut at the scheme's own
+    chunk_size. ``mxnet_dist_sync``: the scheme stands for MXNet's own dist_sync
+    (NoCompression), whose big arrays are spread over every server."""
+    return step_cost(plan(scheme, shapes, workers), workers, servers, link, compute_seconds,
+                     speeds, overlap, chunk_size=scheme.params.get('chunk_size', 1 << 20),
+                     spread_above=MXNET_BIGARRAY_BOUND if mxnet_dist_sync else None)
 
 
 def plan(scheme, shapes, workers):

@@ -1,6 +1,6 @@
 """bench/real_models.py's prediction of a measured cluster row: the row's rate is in
-bits/s (tc's unit) and the model's link in bytes/s, and cluster.py's scheme labels are
-advise's with other punctuation. Nothing here runs a job or times anything."""
+bits/s (tc's unit) and the model's link in bytes/s, and the row's kvstore and
+compression parameters choose the scheme. Nothing here runs a job or times anything."""
 import os
 import sys
 
@@ -12,23 +12,15 @@ sys.path.insert(0, BENCH)
 import real_models  # noqa: E402
 
 
-def test_cluster_labels_become_advise_labels():
-    assert real_models.advise_label('dist_sync') == 'dist_sync'
-    assert real_models.advise_label('dist_sync_hylo(aggregation=server)') == \
-        'dist_sync_hylo:aggregation=server'
-    assert real_models.advise_label('dist_sync_fp16(error_feedback=0,a=1)') == \
-        'dist_sync_fp16:error_feedback=0,a=1'
-
-
 def test_a_row_is_predicted_at_its_rate_in_bytes():
     """2 workers push a 4 MB float32 tensor to 1 server over 8 Mbit/s (1 MB/s): the
     server's link carries 8 MB each way, 8 s, plus the row's compute time."""
     from kvstore_ext import cost
     row = {'rate_bps': 8e6, 'num_workers': 2, 'num_servers': 1, 'compute_s': 0.5,
-           'scheme': 'dist_sync'}
+           'kvstore': 'dist_sync', 'compression_params': {}}
     got = real_models.predict_run(row, {'w': (1000, 1000)}, cost.KernelSpeeds())
     assert got['bytes_push'] == got['bytes_pull'] == 4000000
     assert got['step_s'] == pytest.approx(8.5)
-    row['scheme'] = 'dist_sync_hylo(aggregation=server)'
-    assert real_models.predict_run(row, {'w': (1000, 1000)}, cost.KernelSpeeds()) \
-        is not None
+    row.update(kvstore='dist_sync_hylo', compression_params={'aggregation': 'server'})
+    hylo = real_models.predict_run(row, {'w': (1000, 1000)}, cost.KernelSpeeds())
+    assert hylo['bytes_push'] < got['bytes_push'] and hylo['step_s'] is not None
