@@ -24,10 +24,11 @@ the other in the order the keys are pushed:
 A transfer crosses two links at once (TCP streams, not store-and-forward): it starts
 on the second link no earlier than on the first, and it is done when both have carried
 it. The worker pushes a group of keys (the chunks of a tensor's round: rounds.drive
-pushes them all before it pulls any; the slices of one of MXNet's big arrays), then
-asks for their pulls: a request travels behind the group's pushes on the worker's
-connection, so a server starts sending a key of the group only once it has every push
-of the group that goes to it. Measured: VGG's first Dense layer cut into two chunks on
+pushes them all before it pulls any, and for float32 chunks MXNet's engine runs the
+next chunk's push while a pull waits for its push's reply; the slices of one of MXNet's
+big arrays), then asks for their pulls: a request travels behind the group's pushes on
+the worker's connection, so a server starts sending a key of the group only once it has
+every push of the group that goes to it. Measured: VGG's first Dense layer cut into two chunks on
 one server took in + out of the whole layer, not of one chunk. A key of a later round
 of a tensor (an agreement round, PowerSGD's Q) is pushed only after the earlier round's
 pull is done: the worker needs its result to encode.
