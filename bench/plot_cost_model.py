@@ -64,11 +64,17 @@ def cell_table(result):
                      'yes' if within(m, p) else 'no', '%.0f' % (1e3 * r['compute_s']),
                      '%.0f' % (1e3 * q['wire_s']),
                      '%.0f' % (1e3 * ((q['codec_s'] or 0) + (q['server_s'] or 0))),
+                     ms_or_dash(q.get('transport_s')), ms_or_dash(q.get('host_s')),
                      serial_words(q, m)))
     return md_table(('W', 'model', 'link', 'scheme', 'predicted ms', 'measured ms',
                      'measured / predicted', 'within 20%', 'compute ms (measured)',
                      'wire ms (pred.)', 'codec+server ms (pred.)',
-                     'server in, then out: ms (within 20%?)'), rows)
+                     'bytes\' CPU ms (pred.)', 'all nodes\' CPU / cores ms (pred.)',
+                     'every push in, then every pull out: ms (within 20%?)'), rows)
+
+
+def ms_or_dash(seconds):
+    return '-' if seconds is None else '%.0f' % (1e3 * seconds)
 
 
 def serial_words(predicted, measured):
@@ -169,12 +175,17 @@ def policy_table(result):
 
 def report(result):
     s = summary(result)
+    transport = result.get('transport') or {}
     lines = ['# The cost model on the emulated cluster', '',
              'Codec speeds: %s.' % result.get('speeds'), '',
+             'Transport CPU: %s; host term: %s.' % (
+                 transport.get('source', 'not counted'),
+                 '%s cores shared by every node' % result['host_cores']
+                 if result.get('host_cores') else 'none'), '',
              '**%d of %d cells within 20%%** of the measured step time.' % (
                  s['within'], s['cells']),
-             'Diagnostic, not the model: if the server\'s link carried its pushes and '
-             'then its pulls (in + out instead of the busier), %d of %d.' % (
+             'Diagnostic, not the model: if the server\'s link carried every push and '
+             'then every pull (in + out, no pipeline of keys), %d of %d.' % (
                  s['serial_within'], s['cells']), '']
     for (key, value), (good, n) in sorted(s['groups'].items(), key=str):
         lines.append('* %s %s: %d of %d' % (key, value, good, n))
@@ -243,7 +254,8 @@ def plot_model(result, model, workers, out_path, speeds):
             ys = None
         else:
             ys = [(vcm.predict(shapes, kv, params, workers, mine[0]['servers'], x, latency,
-                               compute, speeds)['step_s']) for x in grid]
+                               compute, speeds, result.get('host_cores'))['step_s'])
+                  for x in grid]
         if ys and all(y is not None for y in ys):
             ax.plot([x / 1e6 for x in grid], [1e3 * y for y in ys], '-', color=c, lw=1.2,
                     alpha=0.8)
@@ -308,7 +320,9 @@ def main(argv=None):
     print(text)
     if not args.no_plots:
         import validate_cost_model as vcm
-        speeds = vcm.load_speeds(result['config'].get('speeds'))
+        # the speeds the rows were last predicted with (--predict-only records them)
+        path = result.get('speeds_file', result['config'].get('speeds'))
+        speeds = vcm.load_speeds(path and os.path.join(os.path.dirname(HERE), path))
         first = min(r['workers'] for r in result['runs']) if result['runs'] else None
         for model in sorted({r['model'] for r in result['runs']}):
             path = plot_model(result, model, first,

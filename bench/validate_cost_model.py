@@ -98,30 +98,33 @@ def scheme_of(kvstore, params):
 
 
 def predict(shapes, kvstore, params, workers, servers, rate_bits, latency_s,
-            compute_s, speeds=None):
+            compute_s, speeds=None, host_cores=None):
     """The cost model's step of one job: a dict of seconds and bytes per worker.
 
     ``rate_bits``: the link's rate (bits/s); ``compute_s``: the job's measured
-    compute-only step. policy='auto' with link_rate=0 is predicted as if it had
-    measured ``rate_bits``."""
+    compute-only step; ``host_cores``: the cores every node of the emulated cluster
+    shares (None: each node its own, as on a real cluster). policy='auto' with
+    link_rate=0 is predicted as if it had measured ``rate_bits``."""
     from kvstore_ext import cost
     params = dict(params)
     if params.get('policy') == 'auto' and not params.get('link_rate'):
         params['link_rate'] = rate_bits
     step = cost.scheme_step(scheme_of(kvstore, params), shapes, workers, servers,
                             cost.Link(rate_bits / 8.0, latency_s), compute_s, speeds,
-                            mxnet_dist_sync=kvstore == 'dist_sync')
+                            mxnet_dist_sync=kvstore == 'dist_sync', host_cores=host_cores)
     compressed = sum(1 for c in step.codecs.values() if not c.passthrough)
     serial = None
     if servers == 1 and step.step_seconds is not None:
-        # not the model: the same step if the server's link carried its pushes and its
-        # pulls one after the other (in + out, not the busier of the two), as it must
-        # for a key whose sum cannot leave before every worker's push arrived
-        serial = step.step_seconds - step.wire_seconds + workers * (
-            step.bytes_push + step.bytes_pull) / (rate_bits / 8.0) + \
-            2 * latency_s * step.rounds
+        # not the model: the same step if the server's link carried all pushes, then
+        # all pulls (in + out): the bound the keys' pipeline (pipeline.py) reaches for
+        # one key; without the host term
+        serial = compute_s + step.codec_seconds + step.server_seconds + \
+            step.transport_seconds + workers * (step.bytes_push + step.bytes_pull) / (
+                rate_bits / 8.0) + 2 * latency_s * step.rounds
     return {'step_s': step.step_seconds, 'serial_server_step_s': serial,
-            'wire_s': step.wire_seconds,
+            'wire_s': step.wire_seconds, 'pipeline_s': step.pipeline_seconds,
+            'busiest_link_s': max(step.worker_link_seconds, step.server_link_seconds),
+            'transport_s': step.transport_seconds, 'host_s': step.host_seconds,
             'codec_s': step.codec_seconds, 'server_s': step.server_seconds,
             'compute_s': compute_s, 'bytes_push': step.bytes_push,
             'bytes_pull': step.bytes_pull, 'rounds': step.rounds,
@@ -149,6 +152,15 @@ def load_speeds(path):
                                fallback=cost.KernelSpeeds(), source=saved['source'])
 
 
+def transport_of(speeds):
+    """The transport CPU constants ``speeds`` carry (cost.TransportCPU), with their
+    source, as stored beside the predictions."""
+    from kvstore_ext import cost
+    transport = getattr(speeds, 'transport', None) or cost.TransportCPU({})
+    return dict({k: getattr(transport, k) for k in cost.TransportCPU.FIELDS},
+                source=transport.source)
+
+
 def link_rate_of(link):
     """Bits/s the model is given for a link record: the tc rate, or the probe's if
     unshaped."""
@@ -157,14 +169,14 @@ def link_rate_of(link):
     return link['probe']['rate_bps']
 
 
-def predict_row(row, shapes, speeds):
+def predict_row(row, shapes, speeds, host_cores=None):
     """``row`` with 'predicted' set (or 'predict_error'), from its link and compute."""
     row.pop('predict_error', None)
     try:
         row['predicted'] = predict(
             shapes, row['kvstore'], row['compression_params'], row['workers'],
             row['servers'], link_rate_of(row['link']), row['link']['latency_s'],
-            row['compute_s'], speeds)
+            row['compute_s'], speeds, host_cores)
     except (ValueError, TypeError, KeyError) as e:
         row['predicted'] = None
         row['predict_error'] = '%s: %s' % (type(e).__name__, e)
@@ -313,7 +325,7 @@ def sweep(args, result, speeds, shapes, plugin):
                             print('    %s\n%s' % (row['error'], row.get('log_tail', '')),
                                   file=sys.stderr, flush=True)
                         else:
-                            predict_row(row, shapes[model], speeds)
+                            predict_row(row, shapes[model], speeds, args.host_cores)
                             p = (row['predicted'] or {}).get('step_s')
                             print('    measured %.0f ms, predicted %s ms (compute %.0f)' % (
                                 1e3 * row['step_s'], '-' if p is None else '%.0f' % (1e3 * p),
@@ -350,6 +362,10 @@ def parse_args(argv):
     parser.add_argument('--calibrate', action='store_true',
                         help='time every codec for both models on this machine '
                              '(cost_calibrate) into --speeds, then stop')
+    parser.add_argument('--host-cores', type=int, default=os.cpu_count(),
+                        help='cores every node of the emulated cluster shares: the '
+                             'model\'s host term (default: this machine\'s, %(default)s); '
+                             '0: none, each node its own cores')
     parser.add_argument('--predict-only', action='store_true',
                         help='re-predict the rows of --json, run nothing')
     parser.add_argument('--json', default=DEFAULT_OUT)
@@ -374,6 +390,9 @@ def parse_args(argv):
         parser.error(str(e))
     if args.speeds == 'shipped':
         args.speeds = None
+    if args.host_cores is not None and args.host_cores < 0:
+        parser.error('--host-cores must be >= 0, got %d' % args.host_cores)
+    args.host_cores = args.host_cores or None
     return args
 
 
@@ -395,8 +414,13 @@ def main(argv=None):
             result = json.load(f)
         for row in result['runs']:
             if not row.get('error'):
-                predict_row(row, shapes[row['model']], speeds)
+                predict_row(row, shapes[row['model']], speeds, args.host_cores)
         result['speeds'] = speeds.source
+        result['transport'] = transport_of(speeds)
+        result['host_cores'] = args.host_cores
+        # relative to the repository, for plot_cost_model.py's lines (None: shipped)
+        result['speeds_file'] = args.speeds and os.path.relpath(
+            os.path.abspath(args.speeds), os.path.dirname(HERE))
         write(result, args.json)
         return 0
     reason = netns.available()
@@ -406,7 +430,8 @@ def main(argv=None):
     if not isinstance(plugin, set):
         sys.exit('kvstore_ext does not import: %s' % plugin)
     config = {k: v for k, v in vars(args).items()}
-    result = {'config': config, 'speeds': speeds.source, 'links': [], 'runs': []}
+    result = {'config': config, 'speeds': speeds.source, 'links': [], 'runs': [],
+              'transport': transport_of(speeds), 'host_cores': args.host_cores}
     if args.append and os.path.exists(args.json):   # another part of one sweep
         with open(args.json) as f:
             result = json.load(f)

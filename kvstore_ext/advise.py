@@ -144,19 +144,21 @@ def fastest(rows, among=None):
 
 def report(rows, speeds_source):
     base = dict(rows)['dist_sync'].step_seconds
-    lines = ['%-56s %10s %10s %9s %9s %9s %9s %8s' % (
-        'kvstore', 'push MB', 'pull MB', 'wire ms', 'codec ms', 'server ms', 'step ms',
-        'speed-up')]
+    lines = ['%-56s %10s %10s %9s %9s %9s %9s %9s %8s' % (
+        'kvstore', 'push MB', 'pull MB', 'wire ms', 'codec ms', 'server ms', 'bytes ms',
+        'step ms', 'speed-up')]
     for label, c in rows:
         ms = (lambda s: '-' if s is None else '%.2f' % (1e3 * s))
-        lines.append('%-56s %10.3f %10.3f %9.2f %9s %9s %9s %8s' % (
+        lines.append('%-56s %10.3f %10.3f %9.2f %9s %9s %9.2f %9s %8s' % (
             label, c.bytes_push / 1e6, c.bytes_pull / 1e6, 1e3 * c.wire_seconds,
-            ms(c.codec_seconds), ms(c.server_seconds), ms(c.step_seconds),
+            ms(c.codec_seconds), ms(c.server_seconds), 1e3 * c.transport_seconds,
+            ms(c.step_seconds),
             '-' if c.step_seconds is None else '%.2fx' % (base / c.step_seconds)))
     missing = [label for label, c in rows if c.step_seconds is None]
     lines.append('')
-    lines.append('bytes per worker per step (MB = 10^6 B); speed-up = dist_sync step / step; '
-                 'codec speeds: %s' % speeds_source)
+    lines.append('bytes per worker per step (MB = 10^6 B); bytes ms: the CPU the busier node '
+                 'spends moving them; speed-up = dist_sync step / step; codec speeds: %s'
+                 % speeds_source)
     if missing:
         lines.append('codec speed not measured (step not predicted; run with --calibrate): '
                      + ', '.join(missing))

@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from . import chunking
+from . import chunking, pipeline
 from .codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterTopKCodec,
                      TernaryCodec)
 from .codecs.base import innermost
@@ -27,6 +27,7 @@ from .codecs.momentum import MomentumCorrected
 from .transport.ps import KeyNumbers, gather_key_work, gather_wire_bytes, sum_key_work
 
 KERNELS_SOURCE = 'bench/results/kernels.json'
+TRANSPORT_SOURCE = 'bench/results/transport_cpu.json'
 
 # Seconds of one call of each kernel's MXNet operator (the 'op' path: the kernel plus
 # MXNet's dispatch, best of its repetitions) at the element counts measured, from
@@ -69,6 +70,45 @@ KERNEL_TIMES = {
                                (1000000, 0.0009967), (10000000, 0.03286),
                                (100000000, 0.2637)],
 }
+
+# CPU seconds that moving float32 keys costs a worker and a server, per key and per byte
+# pushed + pulled (ps-lite/ZeroMQ copies, the kernel's TCP stack, the server's additions,
+# MXNet's engine and Python per key), from TRANSPORT_SOURCE (made by
+# kvstore_ext/transport_calibrate.py: a 1-worker, 1-server loopback job, not the
+# validation sweep). A copy, as KERNEL_TIMES; tests/test_cost_model.py::
+# test_transport_constants_are_the_results_file holds it equal to the file.
+TRANSPORT_CPU = {'worker_s_per_key': 5.183e-05, 'worker_s_per_byte': 4.878e-10,
+                 'server_s_per_key': 4.739e-05, 'server_s_per_byte': 6.965e-10}
+
+
+class TransportCPU:
+    """The CPU a node spends moving keys (docs/COST_MODEL.md, "Transport CPU"):
+    seconds per key (one message each way) and per byte pushed + pulled, for a worker
+    and for a server. All zero: the term is left out."""
+
+    FIELDS = ('worker_s_per_key', 'worker_s_per_byte', 'server_s_per_key',
+              'server_s_per_byte')
+
+    def __init__(self, constants=None, source=TRANSPORT_SOURCE):
+        constants = TRANSPORT_CPU if constants is None else constants
+        for name in self.FIELDS:
+            value = constants.get(name, 0.0)
+            if not value >= 0:
+                raise ValueError('transport constant %s must be >= 0, got %r'
+                                 % (name, value))
+            setattr(self, name, float(value))
+        self.source = source
+
+    def worker_seconds(self, keys, bytes_moved):
+        """A worker's CPU seconds to push and pull ``keys`` keys of ``bytes_moved``
+        bytes in all (its pushes + its pulls)."""
+        return self.worker_s_per_key * keys + self.worker_s_per_byte * bytes_moved
+
+    def server_seconds(self, messages, bytes_moved):
+        """A server's CPU seconds for ``messages`` (keys x workers) of ``bytes_moved``
+        bytes (every worker's pushes in + pulls out)."""
+        return self.server_s_per_key * messages + self.server_s_per_byte * bytes_moved
+
 
 # ---- units -------------------------------------------------------------------------------
 
@@ -164,9 +204,10 @@ class KernelSpeeds:
     """Codec seconds from kernel timings ({case: [(elements, seconds)]}), by the
     kernels a codec runs (``kernels_of``)."""
 
-    def __init__(self, times=None, source=KERNELS_SOURCE):
+    def __init__(self, times=None, source=KERNELS_SOURCE, transport=None):
         self.times = KERNEL_TIMES if times is None else times
         self.source = source
+        self.transport = TransportCPU() if transport is None else transport
 
     def seconds(self, case, elements):
         return _interpolate(self.times[case], elements)
@@ -200,8 +241,12 @@ class MeasuredSpeeds:
     the worker's seconds a step and the servers' seconds to decode one worker's
     payload; other codecs from ``fallback``."""
 
-    def __init__(self, measured, fallback=None, source='calibrated on this machine'):
+    def __init__(self, measured, fallback=None, source='calibrated on this machine',
+                 transport=None):
         self.measured, self.fallback, self.source = dict(measured), fallback, source
+        if transport is None:
+            transport = getattr(fallback, 'transport', None) or TransportCPU()
+        self.transport = transport
 
     def codec_seconds(self, codec, workers):
         if codec.passthrough:
@@ -238,10 +283,13 @@ class TensorCost:
     """What one tensor costs a worker a step (``cost``); seconds as if it were alone."""
 
     def __init__(self, bytes_push, bytes_pull, codec_seconds, server_seconds,
-                 wire_seconds, rounds):
+                 wire_seconds, rounds, alone_seconds=None):
         self.bytes_push, self.bytes_pull = bytes_push, bytes_pull
         self.codec_seconds, self.server_seconds = codec_seconds, server_seconds
         self.wire_seconds, self.rounds = wire_seconds, rounds
+        # the tensor's keys alone through the links' pipeline (pipeline.py): a key's
+        # pulls leave its server after its pushes are in
+        self.alone_seconds = wire_seconds if alone_seconds is None else alone_seconds
 
     def __iter__(self):
         """(bytes_push, bytes_pull, codec_seconds, wire_seconds): unpack as a tuple."""
@@ -274,8 +322,10 @@ def cost(codec, workers, servers, link, speeds=None, chunk_size=1 << 20, padded=
     a TensorCost, which unpacks as (bytes_push, bytes_pull, codec_seconds,
     wire_seconds). ``codec_seconds`` (worker encode + decode) and ``server_seconds``
     (the servers' decoding) are None where ``speeds`` (default: KernelSpeeds()) has no
-    measurement. ``wire_seconds`` is the tensor's time on the links if it travelled
-    alone: its chunks are spread over the servers as the transport places them."""
+    measurement. ``wire_seconds`` is the tensor's share of a step's links: the busier
+    link's bytes (its chunks spread over the servers as the transport places them), what
+    a key adds to a pipeline of many keys; ``alone_seconds`` its time if it travelled
+    alone (in, then out: pipeline.py)."""
     return step_cost({'tensor': codec}, workers, servers, link, 0.0, speeds,
                      chunk_size=chunk_size, padded=padded).tensors['tensor']
 
@@ -302,15 +352,17 @@ MXNET_BIGARRAY_BOUND = 1000 * 1000
 
 
 def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, overlap=0.0,
-              chunk_size=1 << 20, padded=True, spread_above=None):
+              chunk_size=1 << 20, padded=True, spread_above=None, host_cores=None):
     """Predict one step. ``codecs``: {tensor name: codec}, in the order the worker pushes
-    them (keys are placed on servers in that order). ``overlap``: the fraction of the
-    compute time that the wire time may hide behind (0: none). ``chunk_size``: the
-    scheme's. ``padded``: bytes as the parameter-server transport sends them; False:
-    as the one-process transport counts them (tensor_rounds). ``spread_above``: a tensor
-    of more elements is spread evenly over all servers, as MXNet's own ``dist_sync``
-    does (MXNET_BIGARRAY_BOUND); None: every chunk is a key placed as kvstore_ext's
-    transport places it. See docs/COST_MODEL.md."""
+    them (keys are placed on servers, and travel, in that order). ``overlap``: the
+    fraction of the compute time that the wire time may hide behind (0: none).
+    ``chunk_size``: the scheme's. ``padded``: bytes as the parameter-server transport
+    sends them; False: as the one-process transport counts them (tensor_rounds).
+    ``spread_above``: a tensor of more elements is spread evenly over all servers, as
+    MXNet's own ``dist_sync`` does (MXNET_BIGARRAY_BOUND); None: every chunk is a key
+    placed as kvstore_ext's transport places it. ``host_cores``: every node shares this
+    many cores (the emulated cluster, not a real one): the communication of a step takes
+    at least the CPU seconds of every node over the cores. See docs/COST_MODEL.md."""
     if workers < 1 or servers < 1:
         raise ValueError('workers and servers must be >= 1, got %r and %r'
                          % (workers, servers))
@@ -318,10 +370,15 @@ def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, over
         raise ValueError('overlap must be within [0, 1], got %r' % (overlap,))
     if compute_seconds < 0:
         raise ValueError('compute time must be >= 0 s, got %r' % (compute_seconds,))
+    if host_cores is not None and not host_cores > 0:
+        raise ValueError('host_cores must be above 0, got %r' % (host_cores,))
     speeds = KernelSpeeds() if speeds is None else speeds
+    transport = getattr(speeds, 'transport', None) or TransportCPU({})
     keys = KeyNumbers(servers)
     server_in, server_out = [0] * servers, [0] * servers
     server_busy = [0.0] * servers
+    server_messages = [0] * servers
+    transfers = []              # every key of the step, in push order (pipeline.py)
     push = pull = 0
     codec_total, blocking = 0.0, 0
     unmeasured = []
@@ -331,16 +388,31 @@ def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, over
         seconds = _codec_seconds(codec, workers, speeds, chunk_size)
         if seconds is None:
             unmeasured.append(name)
+        spread = spread_above is not None and int(np.prod(codec.shape)) > spread_above
         mine_in, mine_out = [0] * servers, [0] * servers
+        mine = []               # this tensor's transfers; a stage waits for the one before
+        stage_of = {}
         for stage, chunk, kind, up, down, work in rounds:
             server = keys.server_of(keys.new(work)[0])
             mine_in[server] += workers * up
             mine_out[server] += workers * down
             if seconds is not None and stage == len(codec.wire_words(workers)) - 1:
                 server_busy[server] += seconds[2][chunk]
-        if spread_above is not None and int(np.prod(codec.shape)) > spread_above:
+            parts = [(s, up / servers, down / servers) for s in range(servers)] \
+                if spread else [(server, up, down)]
+            for s, u, v in parts:
+                stage_of.setdefault(stage, []).append(len(mine))
+                mine.append((stage, s, u, v))
+        if spread:
             mine_in = [sum(mine_in) / servers] * servers
             mine_out = [sum(mine_out) / servers] * servers
+        alone = []
+        for stage, s, u, v in mine:
+            waits = stage_of.get(stage - 1, ())
+            alone.append(pipeline.Transfer(s, u, v, waits, group=(name, stage)))
+            transfers.append(pipeline.Transfer(s, u, v, [len(transfers) - len(alone) + 1 + i
+                                                         for i in waits], (name, stage)))
+            server_messages[s] += workers
         t_push = sum(r[3] for r in rounds)
         t_pull = sum(r[4] for r in rounds)
         stages = len({r[0] for r in rounds})
@@ -354,27 +426,45 @@ def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, over
         tensors[name] = TensorCost(
             t_push, t_pull, None if seconds is None else seconds[0],
             None if seconds is None else seconds[1],
-            _wire(t_push, t_pull, mine_in, mine_out, stages, link), stages)
+            _wire(t_push, t_pull, mine_in, mine_out, stages, link), stages,
+            pipeline.makespan(alone, workers, servers, link.rate)
+            + 2 * link.latency * stages)
     rounds = 1 + blocking if codecs else 0
-    wire = _wire(push, pull, server_in, server_out, rounds, link)
+    links = pipeline.makespan(transfers, workers, servers, link.rate)
+    wire = links + 2 * link.latency * rounds
     worker_link = max(push, pull) / link.rate
     server_link = max(server_in + server_out) / link.rate
+    worker_cpu = transport.worker_seconds(len(transfers), push + pull)
+    server_cpu = [transport.server_seconds(m, i + o)
+                  for m, i, o in zip(server_messages, server_in, server_out)]
+    transport_seconds = max([worker_cpu] + server_cpu)
     measured = not unmeasured
     codec_seconds = codec_total if measured else None
     server_seconds = max(server_busy) if measured else None
     hidden = min(wire, overlap * compute_seconds)
-    step = (compute_seconds + codec_seconds + server_seconds + wire - hidden) \
-        if measured else None
+    host = None
+    step = None
+    if measured:
+        communication = codec_seconds + server_seconds + transport_seconds + wire - hidden
+        if host_cores is not None:
+            # every node's CPU of the step's communication, on the host's cores
+            host = (workers * (codec_seconds + worker_cpu) + sum(server_busy)
+                    + sum(server_cpu)) / host_cores
+            communication = max(communication, host)
+        step = compute_seconds + communication
     return StepCost(bytes_push=push, bytes_pull=pull, worker_link_seconds=worker_link,
-                    server_link_seconds=server_link, rounds=rounds, wire_seconds=wire,
-                    codec_seconds=codec_seconds, server_seconds=server_seconds,
-                    hidden_seconds=hidden, compute_seconds=compute_seconds,
-                    step_seconds=step, unmeasured=unmeasured, tensors=tensors,
-                    codecs=codecs)
+                    server_link_seconds=server_link, pipeline_seconds=links,
+                    rounds=rounds, wire_seconds=wire, codec_seconds=codec_seconds,
+                    server_seconds=server_seconds, transport_seconds=transport_seconds,
+                    host_seconds=host, hidden_seconds=hidden,
+                    compute_seconds=compute_seconds, step_seconds=step,
+                    unmeasured=unmeasured, tensors=tensors, codecs=codecs)
 
 
 def _wire(push, pull, server_in, server_out, rounds, link):
-    """max(worker link, busiest server link) + a round trip per blocking round."""
+    """A tensor's share of a step's links: max(worker link, busiest server link) + a
+    round trip per blocking round. In a step of many keys a key adds about this (its
+    in overlaps its neighbours' out): what a per-key choice (policy.py) compares."""
     busiest = max(list(server_in) + list(server_out))
     return max(push, pull, busiest) / link.rate + 2 * link.latency * rounds
 
@@ -410,13 +500,15 @@ def variants(schemes):
 
 
 def scheme_step(scheme, shapes, workers, servers, link, compute_seconds, speeds=None,
-                overlap=0.0, mxnet_dist_sync=False):
+                overlap=0.0, mxnet_dist_sync=False, host_cores=None):
     """step_cost of ``scheme`` planned for ``shapes``, cut at the scheme's own
     chunk_size. ``mxnet_dist_sync``: the scheme stands for MXNet's own dist_sync
-    (NoCompression), whose big arrays are spread over every server."""
+    (NoCompression), whose big arrays are spread over every server. ``host_cores``:
+    step_cost's (the emulated cluster's shared cores)."""
     return step_cost(plan(scheme, shapes, workers), workers, servers, link, compute_seconds,
                      speeds, overlap, chunk_size=scheme.params.get('chunk_size', 1 << 20),
-                     spread_above=MXNET_BIGARRAY_BOUND if mxnet_dist_sync else None)
+                     spread_above=MXNET_BIGARRAY_BOUND if mxnet_dist_sync else None,
+                     host_cores=host_cores)
 
 
 def plan(scheme, shapes, workers):

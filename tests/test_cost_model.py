@@ -115,9 +115,10 @@ def model_shapes():
             'bn': (512,), 'fc1': (1024, 4608), 'fc1_bias': (1024,), 'fc2': (1000, 1024)}
 
 
-def predictions(rate, latency, compute, workers=4, servers=2):
+def predictions(rate, latency, compute, workers=4, servers=2, speeds=None):
     return dict(advise.predict(model_shapes(), workers, servers,
-                               cost.Link(cost.parse_rate(rate), latency), compute))
+                               cost.Link(cost.parse_rate(rate), latency), compute,
+                               speeds=speeds))
 
 
 def test_wire_time_falls_as_the_link_gets_faster():
@@ -133,8 +134,15 @@ def test_wire_time_falls_as_the_link_gets_faster():
 
 
 def test_a_fast_link_picks_dist_sync_and_a_slow_link_compression():
-    fast = predictions('400Gbit', 1e-6, 1e-4)
+    """Where moving a byte costs no CPU (transport constants zero), a fast link leaves
+    only the codecs' time: dist_sync. With this machine's transport CPU (ps-lite's
+    copies and the servers' additions, about 0.7 ns a byte at a server) a server of 4
+    workers is CPU-bound at any rate, and sending fewer bytes pays there too."""
+    free = cost.KernelSpeeds(transport=cost.TransportCPU({}))
+    fast = predictions('400Gbit', 1e-6, 1e-4, speeds=free)
     assert advise.fastest(list(fast.items()))[0] == 'dist_sync'
+    costly = predictions('400Gbit', 1e-6, 1e-4)
+    assert advise.fastest(list(costly.items()))[0] != 'dist_sync'
     slow = predictions('10Mbit', 50e-6, 0.05)
     label, best = advise.fastest(list(slow.items()))
     assert label not in ('dist_sync', 'dist_sync_none')
@@ -269,3 +277,117 @@ def test_bad_model_and_missing_source(capsys):
     with pytest.raises(SystemExit):
         advise.main(['--link', '1Gbit', '--compute-ms', '1'])
     assert 'one of the arguments --model --shapes is required' in capsys.readouterr().err
+
+
+# ---- the links' pipeline (kvstore_ext/pipeline.py) and the transport CPU term -------------
+
+def float32_step(shapes, workers, servers, link, **kw):
+    """The step of float32 keys (MXNet's pushpull: no codec), with the transport CPU
+    term's constants ``transport`` (default: none)."""
+    speeds = cost.KernelSpeeds(transport=kw.pop('transport', None) or cost.TransportCPU({}))
+    return cost.step_cost(cost.plan(NoCompression(), shapes, workers), workers, servers,
+                          link, 0.0, speeds, **kw)
+
+
+def test_one_key_goes_in_then_out_at_its_server():
+    """A server sends a key's sum only after every worker's push of it is in: one key
+    takes (I + O) / B on the server's link, not max(I, O) / B."""
+    workers, n, link = 3, 250000, cost.Link(1e8, 20e-6)
+    step = float32_step({'w': (n,)}, workers, 1, link)
+    assert step.wire_seconds == pytest.approx(workers * (4 * n + 4 * n) / link.rate
+                                              + 2 * link.latency)
+    # one worker, one server: the worker's own link too carries its push, then its pull
+    alone = float32_step({'w': (n,)}, 1, 1, link)
+    assert alone.wire_seconds == pytest.approx(8 * n / link.rate + 2 * link.latency)
+
+
+@pytest.mark.parametrize('keys', [2, 10, 400])
+def test_many_small_keys_overlap_in_and_out(keys):
+    """Equal keys on one server: each key's pulls leave while the next key's pushes come
+    in, so the step takes the busier direction plus one key's out: (n + 1) / n of
+    max(I, O) / B, which tends to the former full-duplex model's max() as keys grow."""
+    workers, link = 2, cost.Link(1e7)
+    shapes = {'k%d' % i: (1000,) for i in range(keys)}
+    step = float32_step(shapes, workers, 1, link)
+    busier = workers * 4 * 1000 * keys / link.rate
+    assert step.server_link_seconds == pytest.approx(busier)
+    assert step.pipeline_seconds == pytest.approx(busier * (keys + 1) / keys)
+
+
+def test_a_tensors_chunks_are_pulled_after_all_its_pushes():
+    """The transport pushes every chunk of a tensor before it asks for any pull, and the
+    requests follow the pushes on the worker's connection: three chunks on one server
+    take in + out of the whole tensor; three tensors of one chunk each pipeline."""
+    workers, link = 2, cost.Link(1e7)
+    one = float32_step({'w': (3 * CHUNK,)}, workers, 1, link, chunk_size=CHUNK)
+    assert one.pipeline_seconds == pytest.approx(workers * 2 * 4 * 3 * CHUNK / link.rate)
+    three = float32_step({k: (CHUNK,) for k in 'abc'}, workers, 1, link, chunk_size=CHUNK)
+    assert three.pipeline_seconds == pytest.approx(workers * 4 * 4 * CHUNK / link.rate)
+
+
+def test_two_keys_by_hand():
+    """W = 2 workers, 1 server, 1 byte/s. Key 1 pushes 2 bytes and pulls 1; key 2
+    pushes 1 and pulls 3. Server in: key 1 from 0 to 4, key 2 from 4 to 6 (the workers
+    pushed it from 2 to 3). Server out: key 1 from 4 to 6; key 2 only once its pushes are
+    in, from 6 to 12. Step: 12 (the former model: max(I, O) = 8; in + out: 14)."""
+    from kvstore_ext import pipeline
+    transfers = [pipeline.Transfer(0, 2, 1), pipeline.Transfer(0, 1, 3)]
+    assert pipeline.makespan(transfers, 2, 1, 1.0) == pytest.approx(12)
+    # key 2 a later round of key 1's tensor: pushed only once key 1's pull is done (6)
+    staged = [pipeline.Transfer(0, 2, 1), pipeline.Transfer(0, 1, 3, waits_for=[0])]
+    assert pipeline.makespan(staged, 2, 1, 1.0) == pytest.approx(6 + 2 + 6)
+
+
+def test_pipeline_never_beats_the_busiest_link():
+    """Whatever the shapes, servers and placement: at least max(P, Q, I_s, O_s) / B."""
+    link = cost.Link(1e9)
+    for servers in (1, 2, 3):
+        for name in ('hylo', '2bit', 'none'):
+            scheme = kvstore_ext.SCHEMES[name](chunk_size=CHUNK)
+            step = cost.step_cost(cost.plan(scheme, SHAPES, 4), 4, servers, link, 0.0,
+                                  chunk_size=CHUNK)
+            assert step.pipeline_seconds >= max(step.worker_link_seconds,
+                                                step.server_link_seconds) * (1 - 1e-12)
+
+
+def test_transport_cpu_is_zero_when_its_constants_are():
+    link = cost.Link(1e8, 10e-6)
+    shapes = {'a': (30000,), 'b': (5000,)}
+    step = float32_step(shapes, 4, 1, link)
+    assert step.transport_seconds == 0
+    assert step.step_seconds == pytest.approx(step.wire_seconds)
+
+
+def test_transport_cpu_per_key_and_byte():
+    """Worker: 2 keys, 4 x 35000 bytes each way; server: 4 workers' messages and bytes.
+    The busier node's CPU adds to the step."""
+    link = cost.Link(1e8, 10e-6)
+    shapes = {'a': (30000,), 'b': (5000,)}
+    cpu = cost.TransportCPU({'worker_s_per_key': 1e-4, 'worker_s_per_byte': 1e-9,
+                             'server_s_per_key': 2e-5, 'server_s_per_byte': 2e-9})
+    step = float32_step(shapes, 4, 1, link, transport=cpu)
+    worker = 2 * 1e-4 + 2 * 4 * 35000 * 1e-9
+    server = 4 * 2 * 2e-5 + 4 * 2 * 4 * 35000 * 2e-9
+    assert step.transport_seconds == pytest.approx(max(worker, server))
+    assert step.step_seconds == pytest.approx(step.wire_seconds + max(worker, server))
+    # every node on one core (as the emulated cluster's on two): at least every node's
+    # CPU over the cores, here more than the busier node's alone
+    shared = float32_step(shapes, 4, 1, cost.Link(1e12), transport=cpu, host_cores=1)
+    assert shared.host_seconds == pytest.approx(4 * worker + server)
+    assert shared.host_seconds > shared.transport_seconds + shared.wire_seconds
+    assert shared.step_seconds == pytest.approx(shared.host_seconds)
+
+
+def test_transport_constants_are_the_results_file():
+    with open(os.path.join(REPO, cost.TRANSPORT_SOURCE)) as f:
+        measured = json.load(f)
+    for name in cost.TransportCPU.FIELDS:
+        assert cost.TRANSPORT_CPU[name] == pytest.approx(measured[name], rel=1e-3), name
+        assert cost.TRANSPORT_CPU[name] > 0, name
+
+
+def test_bad_transport_constant_is_one_clear_error():
+    with pytest.raises(ValueError, match='worker_s_per_byte must be >= 0'):
+        cost.TransportCPU({'worker_s_per_byte': -1e-9})
+    with pytest.raises(ValueError, match='host_cores must be above 0'):
+        float32_step({'a': (10,)}, 2, 1, LINK, host_cores=0)

@@ -38,11 +38,17 @@ def test_dist_sync_prediction_is_float32_bytes_over_the_link_plus_compute():
     floats = sum(int(np.prod(s)) for s in SHAPES.values())
     # one server: it receives every worker's push and sends every worker the sum
     assert p['bytes_push'] == p['bytes_pull'] == 4 * floats
-    assert p['wire_s'] == pytest.approx(2 * 4 * floats / (rate / 8))
+    # in push order (conv, fc, bias), each key's sum leaves once its pushes are in: the
+    # server's link takes conv's in, fc's in and out (the big key), then bias's out
+    conv, fc, bias = (4 * int(np.prod(SHAPES[k])) for k in ('conv', 'fc', 'bias'))
+    assert p['wire_s'] == pytest.approx(2 * (conv + 2 * fc + bias) / (rate / 8))
+    assert p['busiest_link_s'] == pytest.approx(2 * 4 * floats / (rate / 8))
     assert p['codec_s'] == 0 and p['compressed_tensors'] == 0
-    assert p['step_s'] == pytest.approx(0.05 + p['wire_s'])
-    # the server's pushes in, then its pulls out, one after the other
-    assert p['serial_server_step_s'] == pytest.approx(0.05 + 2 * p['wire_s'])
+    assert p['transport_s'] > 0 and p['host_s'] is None
+    assert p['step_s'] == pytest.approx(0.05 + p['transport_s'] + p['wire_s'])
+    # the diagnostic: every push in, then every pull out, one after the other
+    assert p['serial_server_step_s'] == pytest.approx(
+        0.05 + p['transport_s'] + 2 * p['busiest_link_s'])
 
 
 def test_prediction_follows_the_scheme_and_the_measured_compute():
