@@ -46,15 +46,17 @@ def servers():
     return max(int(os.environ.get('DMLC_NUM_SERVER', '1')), 1)
 
 
-def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20):
+def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=None):
     """True if ``codec`` (compressing) is predicted faster than float32 for its tensor
-    at ``rate_bits`` bits/s (module docstring). Only shipped timings enter."""
+    at ``rate_bits`` bits/s (module docstring). ``speeds``: the codec seconds the
+    workers agreed on (codec_timing.py); None: the shipped table."""
     from . import cost
     from .codecs import FP32Codec
     if codec.passthrough:
         return False
     link = cost.Link(rate_bits / 8.0)
-    speeds = cost.KernelSpeeds()            # the shipped table, the same on every host
+    if speeds is None:
+        speeds = cost.KernelSpeeds()        # the shipped table, the same on every host
     packed = cost.cost(codec, workers, servers, link, speeds, chunk_size)
     if packed.codec_seconds is None:
         return True
