@@ -21,12 +21,15 @@ servers. Synthetic, not the key's first compressed steps: until the workers agre
 policy='auto' sends a measured-rate key float32, so there is no real encode to time,
 and a codec's speed depends on its shape, not on the values.
 """
+import logging
 import time
 
 import numpy as np
 
 from . import chunking
 from .cost import signature
+
+log = logging.getLogger('kvstore_ext')
 
 REPEATS = 3
 
@@ -82,16 +85,20 @@ def measure(codec, workers, chunk_size):
 
 def agree(measured, workers, rank, share):
     """One Sum round: this worker's ``measured`` ({signature: (worker s, slot s)}, the
-    same signatures in the same order on every worker) in its slot, zeros elsewhere;
-    returns {signature: (the slowest worker's worker s, its slot s)}, the same on every
-    worker."""
+    same signatures in the same order on every worker; negative: not timed) in its
+    slot, zeros elsewhere; returns {signature: (the slowest worker's worker s, its slot
+    s)}, the same on every worker, without the codecs some worker could not time (they
+    fall back to the shipped table)."""
     from mxnet import ndarray
     names = list(measured)
     mine = np.zeros((workers, len(names), 2), dtype=np.float32)
     mine[rank] = [measured[n] for n in names]
     total = share(ndarray.array(mine.reshape(-1), dtype=np.float32)).asnumpy()
-    slowest = total.reshape(workers, len(names), 2).max(axis=0)
-    return {n: (float(w), float(s)) for n, (w, s) in zip(names, slowest)}
+    total = total.reshape(workers, len(names), 2)
+    slowest = total.max(axis=0)
+    untimed = (total < 0).any(axis=(0, 2))
+    return {n: (float(w), float(s)) for n, (w, s), bad in zip(names, slowest, untimed)
+            if not bad}
 
 
 def settle(candidates, workers, rank, chunk_size, share, timer=None):
@@ -99,13 +106,26 @@ def settle(candidates, workers, rank, chunk_size, share, timer=None):
     policy='auto' was asked about them: the same on every worker), timed here by
     ``timer`` (default ``measure``; a Scheme's ``codec_timer`` hook) and agreed; codecs
     not among them fall back to the shipped table. None if there is nothing to time
-    (then no round: every worker has the same candidates)."""
+    (then no round: every worker has the same candidates). A codec this worker cannot
+    time (the timer raises, or leaves a chunk out) is logged and sent as untimed, so
+    that every worker still takes part in the round and falls back alike."""
     from .cost import KernelSpeeds, MeasuredSpeeds
     timer = timer or measure
     measured = {}
     for codec in candidates.values():
-        for name, seconds in timer(codec, workers, chunk_size).items():
-            measured.setdefault(name, seconds)
+        names = [signature(c.codec) for c in chunking.split(codec, chunk_size)]
+        try:
+            found = timer(codec, workers, chunk_size)
+            seconds = [tuple(float(x) for x in found[n]) for n in names]
+            if not all(0 <= x < float('inf') for pair in seconds for x in pair):
+                raise ValueError('seconds %r: not finite numbers >= 0' % (seconds,))
+        except Exception as err:        # noqa: BLE001  (any failure: the shipped table)
+            log.warning("policy='auto': rank %d could not time the codec %r (%s: %s); every "
+                        "worker takes the shipped kernel table for it", rank, codec,
+                        type(err).__name__, err)
+            seconds = [(-1.0, -1.0)] * len(names)
+        for name, pair in zip(names, seconds):
+            measured.setdefault(name, pair)
     if not measured:
         return None
     return MeasuredSpeeds(agree(measured, workers, rank, share), fallback=KernelSpeeds(),

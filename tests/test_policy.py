@@ -238,6 +238,32 @@ def test_agreed_codec_times_are_the_slowest_workers():
     assert all(v == (10.0, 0.0) for v in agreed[0].values())
 
 
+def test_a_worker_that_cannot_time_falls_back_with_the_others(caplog):
+    """A timer that fails on one worker (raises, or gives NaN): every worker still
+    takes part in the round and takes the shipped table for that codec, alike; the
+    failing rank is named in the log."""
+    shape = SHAPES[1]
+
+    def broken(codec, workers, chunk_size):
+        raise RuntimeError('no clock')
+
+    for bad in (broken, report(float('nan'))):
+        schemes = []
+        for timer in (report(10.0), bad):
+            scheme = Hylo(policy='auto', link_rate=1e8)
+            scheme.codec_timer = timer
+            schemes.append(scheme)
+        with caplog.at_level('WARNING', logger='kvstore_ext'):
+            codecs = settle_workers(schemes, shape)
+        assert 'rank 1 could not time the codec' in caplog.text
+        assert [s.codec_speeds.measured for s in schemes] == [{}, {}]
+        shipped = Hylo(policy='auto', link_rate=1e8, codec_times='shipped')
+        shipped.num_workers = 2
+        want = shipped.codec_for(shape, f32, step=1).passthrough
+        assert [c.passthrough for c in codecs] == [want, want]
+        caplog.clear()
+
+
 @pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('shape', SHAPES)
 def test_measure_times_the_codecs_step(shape, mode):
