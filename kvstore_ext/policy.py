@@ -17,18 +17,29 @@ server mode (0 for homomorphic keys, whose servers only add); ``wire``: the busi
 the worker's and the servers' links, bytes each way. Assumed as docs/COST_MODEL.md
 states: nothing overlaps (codec time adds to the wire time; a key's communication
 does not hide behind compute), no latency (both choices pay a round trip; an agreement
-round's extra one is left out), a codec whose speed is not in the shipped table is
-kept compressed (the scheme's own choice).
+round's extra one is left out), a codec whose speed is not known is kept compressed
+(the scheme's own choice).
 
 Every worker must decide the same, or the workers would push different codecs under
 one key (a hang or garbage). The inputs are: the shape, the scheme's parameters (held
 equal by fingerprint.py), the workers, the servers (``DMLC_NUM_SERVER``, the same on
-every worker by the launcher), the *shipped* kernel timings (``cost.KERNEL_TIMES``,
-never a calibration made on one host) and the rate. A given ``link_rate`` is a
-parameter, so equal too. With ``link_rate=0`` the rate is measured on each worker
-(``LinkMeter``: the init/broadcast rounds every worker runs, bytes over seconds) and
-agreed by one Sum round (``agree_rate``: the mean of the workers' rates), through the
-scheme's re-plan path (``Scheme.settle``); until then a key goes float32.
+every worker by the launcher), the codecs' seconds and the rate.
+
+The codecs' seconds (``codec_times``): 'measured' (the default): at step 1 each worker
+times the codecs it was asked about at step 0, on their shapes, and one Sum round gives
+every worker the slowest worker's seconds (codec_timing.py), whose keys are then
+re-planned; the shipped table (``cost.KERNEL_TIMES``: another CPU, one thread, alone)
+under-prices them where workers and servers share the cores, which made 'auto' compress
+at fast links where float32 was faster. They are timed once: if the load changes later
+(another job on the cores), the decisions keep the step-1 seconds, and a re-measured
+rate re-plans with them. 'shipped': the table, the same on every host, no round.
+
+The rate: a given ``link_rate`` is a parameter, so equal everywhere; with a given rate,
+step 0 decides by the shipped table and step 1 by the measured seconds. With
+``link_rate=0`` the rate is measured on each worker (``LinkMeter``: the init/broadcast
+rounds every worker runs, bytes over seconds) and agreed by one Sum round
+(``agree_rate``: the mean of the workers' rates), through the scheme's re-plan path
+(``Scheme.settle``); until then a key goes float32.
 """
 import os
 import time
@@ -46,15 +57,17 @@ def servers():
     return max(int(os.environ.get('DMLC_NUM_SERVER', '1')), 1)
 
 
-def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20):
+def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=None):
     """True if ``codec`` (compressing) is predicted faster than float32 for its tensor
-    at ``rate_bits`` bits/s (module docstring). Only shipped timings enter."""
+    at ``rate_bits`` bits/s (module docstring). ``speeds``: the codec seconds the
+    workers agreed on (codec_timing.py); None: the shipped table."""
     from . import cost
     from .codecs import FP32Codec
     if codec.passthrough:
         return False
     link = cost.Link(rate_bits / 8.0)
-    speeds = cost.KernelSpeeds()            # the shipped table, the same on every host
+    if speeds is None:
+        speeds = cost.KernelSpeeds()        # the shipped table, the same on every host
     packed = cost.cost(codec, workers, servers, link, speeds, chunk_size)
     if packed.codec_seconds is None:
         return True

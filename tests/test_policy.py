@@ -128,8 +128,9 @@ def test_rate_change_threshold():
 
 def test_measured_rate_replans_through_settle():
     """link_rate=0: float32 at the first step, re-planned at step 1 by the agreed rate,
-    and again every REMEASURE_STEPS steps only if it moved by more than RATE_CHANGE."""
-    scheme = Hylo(policy='auto', link_rate=0.0)
+    and again every REMEASURE_STEPS steps only if it moved by more than RATE_CHANGE
+    (the shipped codec table: the rate's round alone)."""
+    scheme = Hylo(policy='auto', link_rate=0.0, codec_times='shipped')
     scheme.num_workers = 2
     shape = SHAPES[0]
     assert scheme.codec_for(shape, f32, step=0).passthrough
@@ -159,9 +160,124 @@ def test_measured_rate_replans_through_settle():
 
 
 def test_given_rate_does_not_measure():
+    """A given rate is not measured; the codecs are timed at step 1 (its only re-plan),
+    unless the shipped table is asked for."""
     scheme = Hylo(policy='auto', link_rate=1e9)
-    assert not scheme.measures_link(0) and not scheme.replans_at(1)
-    assert not Hylo().measures_link(0)
+    assert not scheme.measures_link(0) and scheme.replans_at(1)
+    assert not any(scheme.replans_at(s) for s in (2, policy.REMEASURE_STEPS))
+    shipped = Hylo(policy='auto', link_rate=1e9, codec_times='shipped')
+    assert not shipped.measures_link(0) and not shipped.replans_at(1)
+    assert not Hylo().measures_link(0) and not Hylo().replans_at(1)
+
+
+# ---- codec_times='measured': the workers' own codec seconds, agreed -----------------
+
+def report(seconds):
+    """A codec_timer hook: every chunk of a codec takes ``seconds`` on the worker."""
+    from kvstore_ext import chunking
+
+    def timer(codec, workers, chunk_size):
+        return {cost.signature(c.codec): (seconds, 0.0)
+                for c in chunking.split(codec, chunk_size)}
+    return timer
+
+
+def settle_workers(schemes, shape):
+    """Plan ``shape`` at step 0 on every scheme (one per rank), settle step 1 through
+    one Sum round over all of them, and return each one's codec at step 1."""
+    from mxnet import ndarray
+    for scheme in schemes:
+        scheme.num_workers = len(schemes)
+        scheme.codec_for(shape, f32, step=0)
+    pushed = []
+    for rank, scheme in enumerate(schemes):      # what each worker puts in the round
+        probe = Hylo(**scheme.params)
+        probe.num_workers, probe.codec_timer = len(schemes), scheme.codec_timer
+        probe.codec_for(shape, f32, step=0)
+        probe.settle(1, rank, lambda a: pushed.append(a.asnumpy()) or a)
+    total = np.sum(pushed, axis=0)
+    for rank, scheme in enumerate(schemes):
+        scheme.settle(1, rank, lambda a: ndarray.array(total, dtype=f32))
+    return [s.codec_for(shape, f32, step=1) for s in schemes]
+
+
+def test_slow_codec_times_flip_to_float32_fast_keep_compressed():
+    """At a rate where the shipped table compresses, a codec timed slow on the workers
+    sends the key float32 from step 1; at one where it does not, a fast codec
+    compresses it."""
+    shape = SHAPES[1]
+    slow = Hylo(policy='auto', link_rate=1e8)
+    slow.codec_timer = report(10.0)
+    assert not slow.codec_for(shape, f32, step=0).passthrough      # the shipped table
+    assert all(c.passthrough for c in settle_workers([slow], shape))
+    fast = Hylo(policy='auto', link_rate=1e13)
+    fast.codec_timer = report(0.0)
+    assert fast.codec_for(shape, f32, step=0).passthrough
+    assert not any(c.passthrough for c in settle_workers([fast], shape))
+    # the same timings with the shipped table change nothing
+    for rate, timer in ((1e8, report(10.0)), (1e13, report(0.0))):
+        shipped = Hylo(policy='auto', link_rate=rate, codec_times='shipped')
+        shipped.codec_timer = timer
+        first = shipped.codec_for(shape, f32, step=0).passthrough
+        assert shipped.codec_for(shape, f32, step=1).passthrough is first
+
+
+def test_agreed_codec_times_are_the_slowest_workers():
+    """Workers that time their codecs differently still decide alike: each takes the
+    slowest worker's seconds from the one Sum round."""
+    shape = SHAPES[1]
+    schemes = []
+    for seconds in (0.0, 10.0, 0.0):
+        scheme = Hylo(policy='auto', link_rate=1e8)
+        scheme.codec_timer = report(seconds)
+        schemes.append(scheme)
+    codecs = settle_workers(schemes, shape)
+    assert all(c.passthrough for c in codecs)
+    agreed = [s.codec_speeds.measured for s in schemes]
+    assert agreed[0] == agreed[1] == agreed[2]
+    assert all(v == (10.0, 0.0) for v in agreed[0].values())
+
+
+def test_a_worker_that_cannot_time_falls_back_with_the_others(caplog):
+    """A timer that fails on one worker (raises, or gives NaN): every worker still
+    takes part in the round and takes the shipped table for that codec, alike; the
+    failing rank is named in the log."""
+    shape = SHAPES[1]
+
+    def broken(codec, workers, chunk_size):
+        raise RuntimeError('no clock')
+
+    for bad in (broken, report(float('nan'))):
+        schemes = []
+        for timer in (report(10.0), bad):
+            scheme = Hylo(policy='auto', link_rate=1e8)
+            scheme.codec_timer = timer
+            schemes.append(scheme)
+        with caplog.at_level('WARNING', logger='kvstore_ext'):
+            codecs = settle_workers(schemes, shape)
+        assert 'rank 1 could not time the codec' in caplog.text
+        assert [s.codec_speeds.measured for s in schemes] == [{}, {}]
+        shipped = Hylo(policy='auto', link_rate=1e8, codec_times='shipped')
+        shipped.num_workers = 2
+        want = shipped.codec_for(shape, f32, step=1).passthrough
+        assert [c.passthrough for c in codecs] == [want, want]
+        caplog.clear()
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('shape', SHAPES)
+def test_measure_times_the_codecs_step(shape, mode):
+    """codec_timing.measure: each chunk of the codec timed on this machine; the servers'
+    decode of a payload only where the servers decode (server mode)."""
+    from kvstore_ext import chunking, codec_timing
+    scheme = Hylo(**mode)
+    scheme.num_workers = 2
+    codec = scheme.codec_for(shape, f32)
+    found = codec_timing.measure(codec, 2, 1 << 20)
+    assert set(found) == {cost.signature(c.codec) for c in chunking.split(codec, 1 << 20)}
+    for worker, slot in found.values():
+        assert 0 < worker < 10
+        assert (slot > 0) is (mode.get('aggregation') == 'server')
 
 
 # ---- real jobs -------------------------------------------------------------------------
@@ -179,9 +295,13 @@ def run_job(tmp_path, job_env, kvstore, params, steps=3):
 BASE = {'size_threshold': 100}
 
 
+# the shipped table: no timing round, so the bytes are exactly dist_sync's and Hylo's
+SHIPPED = dict(BASE, policy='auto', codec_times='shipped')
+
+
 def test_dist_huge_link_rate_is_dist_sync(tmp_path, job_env):
     auto, auto_w = run_job(tmp_path, job_env, 'dist_sync_hylo',
-                           dict(BASE, policy='auto', link_rate=1e15))
+                           dict(SHIPPED, link_rate=1e15))
     plain, plain_w = run_job(tmp_path, job_env, 'dist_sync_none', {})
     for rank in range(2):
         for step, plan in auto[rank]['compressed'].items():
@@ -194,7 +314,7 @@ def test_dist_huge_link_rate_is_dist_sync(tmp_path, job_env):
 
 def test_dist_tiny_link_rate_is_default_hylo(tmp_path, job_env):
     auto, auto_w = run_job(tmp_path, job_env, 'dist_sync_hylo',
-                           dict(BASE, policy='auto', link_rate=1e3))
+                           dict(SHIPPED, link_rate=1e3))
     hylo, hylo_w = run_job(tmp_path, job_env, 'dist_sync_hylo', BASE)
     for rank in range(2):
         assert auto[rank]['compressed'] == hylo[rank]['compressed']
@@ -213,6 +333,31 @@ def test_dist_measured_rate_every_worker_decides_the_same(tmp_path, job_env):
     assert a['compressed'] == b['compressed']
     assert a['rate'] == b['rate'] and a['rate']['1'] > 0
     assert a['stats'] == b['stats']
+    # the codecs were timed on each worker and agreed: the same seconds on both
+    assert a['codec_seconds'] and a['codec_seconds'] == b['codec_seconds']
+    for key in weights[0]:
+        assert np.array_equal(weights[0][key], weights[1][key]), key
+
+
+def test_dist_codec_times_differ_every_worker_decides_the_same(tmp_path, job_env):
+    """Rank 0 times its codecs slow, rank 1 fast, at a given rate where the shipped
+    table compresses: compressed at step 0, float32 from step 1 on both workers (the
+    slowest worker's seconds), the same agreed seconds and weights on both."""
+    params = dict(BASE, policy='auto', link_rate=1e6)
+    out = tmp_path / 'differ'
+    out.mkdir()
+    launch(out, job_env, 2, 1, [JOB, '--kvstore', 'dist_sync_hylo', '--params',
+                                json.dumps(params), '--steps', '3', '--out', str(out),
+                                '--codec-seconds', json.dumps([5.0, 0.0])])
+    a, b = [json.load(open(str(out / ('rank%d.json' % w)))) for w in range(2)]
+    weights = [dict(np.load(str(out / ('rank%d.npz' % w)))) for w in range(2)]
+    assert a['compressed'] == b['compressed']
+    compressed = [k for k, v in a['compressed']['0'].items() if v]
+    assert sorted(compressed) == ['conv', 'fc', 'wide']
+    for step in ('1', '2'):
+        assert not any(a['compressed'][step].values()), a['compressed'][step]
+    assert a['codec_seconds'] == b['codec_seconds']
+    assert a['codec_seconds'] and all(v == [5.0, 0.0] for v in a['codec_seconds'].values())
     for key in weights[0]:
         assert np.array_equal(weights[0][key], weights[1][key]), key
 

@@ -19,13 +19,21 @@ POLICY_PARAMS = {
     'policy': Param('str', 'compress', "'compress': every tensor the scheme compresses is "
                     "compressed; 'auto': per tensor, at its first step, float32 or "
                     "compressed, whichever the cost model (docs/COST_MODEL.md) predicts "
-                    "faster at link_rate, with the shipped kernel timings",
+                    "faster at link_rate, with the codec seconds of codec_times",
                     choices=('compress', 'auto'), rank='leave'),
     'link_rate': Param('float', 0.0, "policy='auto': every node's link rate in bits/s "
                        '(e.g. 1e9); 0: measured on the init/broadcast rounds and the first '
                        'step (sent float32), agreed by the workers, measured again every '
                        '%d steps on the tensors sent float32' % _policy.REMEASURE_STEPS,
                        low=0, rank='leave'),
+    'codec_times': Param('str', 'measured', "policy='auto': the codecs' seconds it "
+                         "weighs: 'measured' (each worker times the codecs it would "
+                         'compress with on their shapes at step 1, the workers take the '
+                         "slowest; with a given link_rate, step 0 decides by the shipped "
+                         "table) or 'shipped' (the kernel table shipped with the package, "
+                         'measured on another CPU alone: no timing, no round, decisions '
+                         'known before a run, as advise and the cost model predict them)',
+                         choices=('measured', 'shipped'), rank='leave'),
 }
 
 # The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
@@ -60,6 +68,8 @@ class Scheme:
         # the parameters the user set: a handed-over optimizer momentum (handover.py)
         # never overrides them
         self.given = frozenset(given)
+        # codecs policy='auto' was asked about before the workers agreed on codec times
+        self._candidates = {}
 
     def check(self, params):
         """Checks that involve several parameters; raise ValueError."""
@@ -115,7 +125,7 @@ class Scheme:
         depend on. ``share(array)`` returns the float32 sum of ``array`` over the
         workers (a round through the transport; every worker must call it as often and
         with the same shape); a worker that should not contribute passes zeros."""
-        self.settle_policy(share)
+        self.settle_policy(share, rank)
 
     def state(self):
         """What the policy decided from measurements and must survive a checkpoint
@@ -144,17 +154,26 @@ class Scheme:
     # through ``by_policy`` and lets ``replans_at`` hold where ``policy_replans_at`` does.
     link_meter = None           # this worker's measured link rate (link_rate=0)
     agreed_rate = 0.0           # bits/s the workers agreed on (link_rate=0)
+    codec_speeds = None         # agreed codec seconds (codec_times='measured', codec_timing.py)
+    # A hook: (codec, workers, chunk_size) -> {cost.signature of a chunk codec: (worker s,
+    # servers' s per payload)}, this worker's timing; None: codec_timing.measure
+    codec_timer = None
 
     def by_policy(self, codec, step):
         """``codec``, or float32 where policy='auto' predicts that faster (policy.py):
-        the given ``link_rate``, else the agreed measured one (float32 until agreed)."""
+        the given ``link_rate``, else the agreed measured one (float32 until agreed),
+        with the agreed codec seconds once settled (codec_times='measured'), else the
+        shipped table."""
         if self.params.get('policy', 'compress') != 'auto':
             return codec
+        if self.times_codecs() and self.codec_speeds is None:
+            from ..cost import signature
+            self._candidates.setdefault(signature(codec), codec)
         rate = self.params['link_rate'] or self.agreed_rate
         if rate <= 0:
             return self.uncompressed(codec.shape, np.float32) if step == 0 else codec
         if _policy.compresses(codec, self.num_workers, _policy.servers(), rate,
-                              self.params['chunk_size']):
+                              self.params['chunk_size'], self.codec_speeds):
             return codec
         return self.uncompressed(codec.shape, np.float32)
 
@@ -168,14 +187,27 @@ class Scheme:
         return step == 0 or (step + 1) % _policy.REMEASURE_STEPS == 0
 
     def policy_replans_at(self, step):
-        """Steps where policy='auto' with a measured rate re-plans: the first after the
-        measured first step, then every REMEASURE_STEPS."""
-        return self.measures_link(0) and (step == 1 or step % _policy.REMEASURE_STEPS == 0)
+        """Steps where policy='auto' re-plans: with a measured rate the first after the
+        measured first step, then every REMEASURE_STEPS; with measured codec times
+        the first (the workers time their codecs and agree there)."""
+        return (self.measures_link(0) and (step == 1 or step % _policy.REMEASURE_STEPS == 0)
+                or self.times_codecs() and step == 1)
 
-    def settle_policy(self, share):
-        """Agree on the measured rate (one Sum round); keep the agreed one unless it
-        moved by more than policy.RATE_CHANGE times."""
-        if not self.policy_replans_at(1):
+    def times_codecs(self):
+        """True if policy='auto' weighs codec seconds timed on the workers."""
+        return (self.params.get('policy', 'compress') == 'auto'
+                and self.params['codec_times'] == 'measured')
+
+    def settle_policy(self, share, rank=0):
+        """Agree on the codecs' seconds (once, codec_timing.py) and on the measured
+        rate (one Sum round each); keep the agreed rate unless it moved by more than
+        policy.RATE_CHANGE times."""
+        if self.times_codecs() and self.codec_speeds is None:
+            from .. import codec_timing
+            self.codec_speeds = codec_timing.settle(
+                self._candidates, self.num_workers, rank, self.params['chunk_size'], share,
+                self.codec_timer)
+        if not self.measures_link(0):
             return
         rate = _policy.agree_rate(self.link_meter, self.num_workers, share)
         self.link_meter.restart()

@@ -1,7 +1,9 @@
 """One worker of the policy='auto' tests: SGD on a few tensors with deterministic
 gradients (each worker and device its own), broadcast initial weights first, and save
 per step whether each key went compressed (kv.plan), the agreed link rate, the
-byte counters and the final weights."""
+agreed codec seconds, the byte counters and the final weights. ``--codec-seconds``
+(one number per rank) makes each worker report that its codecs take that long a step
+through the scheme's ``codec_timer`` hook, instead of timing them."""
 import argparse
 import json
 import os
@@ -24,12 +26,22 @@ def main():
     parser.add_argument('--params', default='{}')
     parser.add_argument('--steps', type=int, default=3)
     parser.add_argument('--out', required=True)
+    parser.add_argument('--codec-seconds', default=None,
+                        help='JSON list: the codec seconds each rank reports')
     args = parser.parse_args()
 
     import mxnet as mx
     import kvstore_ext  # noqa: F401  registers the kvstore types
     kv = mx.kv.create(args.kvstore)
     kv.set_gradient_compression(json.loads(args.params))
+    if args.codec_seconds:
+        from kvstore_ext import chunking, cost
+        seconds = json.loads(args.codec_seconds)[kv.rank]
+
+        def timer(codec, workers, chunk_size):
+            return {cost.signature(c.codec): (seconds, 0.0)
+                    for c in chunking.split(codec, chunk_size)}
+        kv.scheme.codec_timer = timer
     ctxs = [mx.cpu(i) for i in range(CONTEXT_COUNT)]
     weights = {}
     for i, (key, shape) in enumerate(SHAPES.items()):
@@ -46,6 +58,8 @@ def main():
             weights[key] = weights[key] - LR * vals[0].asnumpy()
         info['compressed'][step] = {k: bool(kv.plan(k).compressed) for k in SHAPES}
         info['rate'][step] = float(getattr(kv.scheme, 'agreed_rate', 0.0))
+    speeds = getattr(kv.scheme, 'codec_speeds', None)
+    info['codec_seconds'] = speeds.measured if speeds is not None else None
     info['stats'] = kv.comm_stats()
     np.savez(os.path.join(args.out, 'rank%d.npz' % kv.rank), **weights)
     with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:
