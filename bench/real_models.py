@@ -17,16 +17,23 @@ models they train. This benchmark has two parts:
     1,024 workers (as many servers as workers, the usual co-located placement) and
     1 to 100 Gbit/s, for a compute time per step the user gives (``--compute-ms``;
     nothing on these cores measures a GPU's): per cell, the fastest scheme and its
-    speed-up over dist_sync, and the speed-up of Hylo's default. Codec speeds are
-    measured on this machine on the model's own shapes (cost_calibrate), as
-    ``advise --calibrate`` does; a GPU encoder would be faster, so these favour
-    dist_sync.
+    speed-up over dist_sync, and the speed-up of Hylo's default. Every node has its own
+    cores there, so the model's host term (every node's CPU over one host's cores)
+    is left out; the transport CPU per node stays (docs/COST_MODEL.md).
+
+Codec speeds are measured on this machine on the models' own shapes (cost_calibrate),
+as ``advise --calibrate`` does, once: into ``--speeds`` (real_models_calibration.json,
+with the load average meanwhile), which every command reuses, timing only the codecs
+it lacks (delete it to time them all again). A GPU encoder would be faster, so these
+favour dist_sync. The measured rows (2 workers, 1 server, a scheduler on this
+machine's cores) are predicted with the host term at ``--host-cores``, as
+bench/validate_cost_model.py predicts its jobs.
 
     sudo python bench/real_models.py measure        # real_models_cluster.json
     python bench/real_models.py predict             # its predictions again, no jobs
     python bench/real_models.py extrapolate         # real_models_scale.json
 
-(both written into bench/results/ unless ``--json`` says otherwise)
+(all written into bench/results/ unless ``--json`` or ``--speeds`` says otherwise)
 
 Measures step times: run ``measure`` on a quiet machine.
 """
@@ -48,6 +55,8 @@ SCHEMES = ['dist_sync', 'dist_sync_hylo', 'dist_sync_hylo:aggregation=server',
 WORKERS = [16, 64, 256, 1024]
 LINKS = ['1Gbit', '10Gbit', '100Gbit']
 COMPUTE_MS = {'resnet50_v1': 100.0, 'vgg16': 200.0}   # a GPU's step at batch 32, roughly
+SPEEDS = os.path.join(HERE, 'results', 'real_models_calibration.json')
+REPEATS = 2       # calibration: best of 2 steps a codec (ResNet-50 and VGG-16 are big)
 
 
 def shapes_of(model):
@@ -55,34 +64,57 @@ def shapes_of(model):
     return advise.model_shapes(model)
 
 
-def predict_run(row, shapes, speeds):
+def predict_run(row, shapes, speeds, host_cores=None):
     """The cost model's step of one measured cluster row (validate_cost_model.predict),
-    from the row's own compute time; its 'step_s' is None when a codec's speed is
-    unknown."""
+    from the row's own compute time; ``host_cores``: the cores all its nodes shared (the
+    host term); its 'step_s' is None when a codec's speed is unknown."""
     import validate_cost_model
     return validate_cost_model.predict(
         shapes, row['kvstore'], row['compression_params'], row['num_workers'],
-        row['num_servers'], row['rate_bps'], 0.0, row['compute_s'], speeds)
+        row['num_servers'], row['rate_bps'], 0.0, row['compute_s'], speeds, host_cores)
 
 
-def add_predictions(out, models):
-    """Each measured row's prediction, codec speeds calibrated on the model's shapes."""
+def speeds_for(path, models):
+    """The codec speeds of ``models``' shapes: the speeds file ``path``, with what it
+    lacks calibrated and added first (validate_cost_model.calibrate_into)."""
+    import validate_cost_model
     from kvstore_ext import cost
-    from kvstore_ext.cost_calibrate import calibrate
     from kvstore_ext.registry import SCHEMES as REGISTERED
+    shapes = {'%s/%s' % (m, k): s for m in models for k, s in shapes_of(m).items()}
+    return validate_cost_model.calibrate_into(path, cost.variants(REGISTERED), shapes,
+                                              REPEATS)
+
+
+def speeds_record(path, speeds):
+    """What a results file says of its codec speeds: the file, its source and its
+    calibrations' load averages."""
+    with open(path) as f:
+        calibrations = json.load(f).get('calibrations', [])
+    return {'file': os.path.relpath(os.path.abspath(path), os.path.dirname(HERE)),
+            'source': speeds.source,
+            'loadavg': [(c['loadavg_before'][0], c['loadavg_after'][0])
+                        for c in calibrations]}
+
+
+def add_predictions(out, models, speeds_path, host_cores):
+    """Each measured row's prediction, codec speeds calibrated on the models' shapes
+    (once: ``speeds_path``), the host term at ``host_cores`` (None: none)."""
+    speeds = speeds_for(speeds_path, models)
     for model in models:
         shapes = shapes_of(model)
-        speeds = calibrate(cost.variants(REGISTERED), shapes, repeats=2)
         for row in out['runs']:
             if row.get('model') == model and not row.get('error'):
-                row['predicted'] = predict_run(row, shapes, speeds)
+                row['predicted'] = predict_run(row, shapes, speeds, host_cores)
+    out['speeds'] = speeds_record(speeds_path, speeds)
+    out['host_cores'] = host_cores
 
 
 def predict(args):
     """Predictions again for a measured file (the jobs are not re-run)."""
     with open(args.json) as f:
         out = json.load(f)
-    add_predictions(out, sorted({r['model'] for r in out['runs'] if r.get('model')}))
+    add_predictions(out, sorted({r['model'] for r in out['runs'] if r.get('model')}),
+                    args.speeds, args.host_cores)
     _write(args.json, out)
     return 0
 
@@ -105,26 +137,25 @@ def measure(args):
             row['num_workers'], row['num_servers'] = 2, 1
         out['runs'] += runs
         _write(args.json, out)                   # after every rate: a partial run stays
-    add_predictions(out, args.models)
+    add_predictions(out, args.models, args.speeds, args.host_cores)
     _write(args.json, out)
     return code
 
 
 def extrapolate(args):
     from kvstore_ext import advise, cost
-    from kvstore_ext.cost_calibrate import calibrate
-    from kvstore_ext.registry import SCHEMES as REGISTERED
     compute = dict(COMPUTE_MS)
     for item in args.compute_ms or []:
         model, _, ms = item.partition('=')
         compute[model] = float(ms)
+    speeds = speeds_for(args.speeds, args.models)
     out = {'config': {'workers': args.workers, 'links': args.links, 'compute_ms': compute,
                       'servers': 'as many as workers', 'latency': '50us',
-                      'overlap': 0.0, 'codec speeds': 'calibrated on this machine'},
-           'cells': []}
+                      'overlap': 0.0, 'codec speeds': 'calibrated on this machine',
+                      'host term': 'none: every node its own cores'},
+           'speeds': speeds_record(args.speeds, speeds), 'cells': []}
     for model in args.models:
         shapes = shapes_of(model)
-        speeds = calibrate(cost.variants(REGISTERED), shapes, repeats=2)
         for workers in args.workers:
             for link_text in args.links:
                 link = cost.Link(cost.parse_rate(link_text), 50e-6)
@@ -178,6 +209,11 @@ def parse_args(argv):
     p.add_argument('--json', default=os.path.join(HERE, 'results',
                                                   'real_models_cluster.json'))
     p.set_defaults(func=predict)
+    for command in (m, p):
+        command.add_argument('--host-cores', type=int, default=os.cpu_count(),
+                             help='cores every node of the measured jobs shared: the '
+                                  'model\'s host term (default: this machine\'s, '
+                                  '%(default)s); 0: none')
     e = sub.add_parser('extrapolate', help='the cost model at 16-1,024 workers')
     e.add_argument('--models', nargs='+', default=MODELS)
     e.add_argument('--workers', nargs='+', type=int, default=WORKERS)
@@ -186,7 +222,16 @@ def parse_args(argv):
                    help='compute time of a step per model (default %s)' % COMPUTE_MS)
     e.add_argument('--json', default=os.path.join(HERE, 'results', 'real_models_scale.json'))
     e.set_defaults(func=extrapolate)
-    return parser.parse_args(argv)
+    for command in (m, p, e):
+        command.add_argument('--speeds', default=SPEEDS,
+                             help='codec speeds file: made once, then reused and '
+                                  'completed (%(default)s)')
+    args = parser.parse_args(argv)
+    if getattr(args, 'host_cores', None) is not None:
+        if args.host_cores < 0:
+            parser.error('--host-cores must be >= 0, got %d' % args.host_cores)
+        args.host_cores = args.host_cores or None
+    return args
 
 
 def main(argv=None):

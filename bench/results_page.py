@@ -676,22 +676,29 @@ def section_real_models():
     ext = load(scale)
     ecfg = ext['config']
     links = ecfg['links']
+    calibrated = ', '.join('%.0f-%.0f' % tuple(pair) for pair in data['speeds']['loadavg'])
+    quiet = max(r['loadavg_1min_before'] for r in runs)
     parts = [
         '## Models users train: ResNet-50 and VGG-16',
         '`bench/real_models.py measure`: gluoncv\'s `resnet50_v1` (25.6 M parameters) and '
         '`vgg16` (138 M), random weights, synthetic 224x224 images, a batch of 1 a worker, '
         '2 workers and 1 server on the emulated cluster (every node in its own network '
         'namespace, links shaped to %s), median of %d timed steps. `predicted` is '
-        '`kvstore_ext/cost.py` for that run, given the run\'s own compute time and codec '
-        'speeds calibrated on this machine (`docs/COST_MODEL.md`); `pred/meas` is its '
-        'ratio to the measured step.' % (' and '.join(cfg['rates'].split(',')), cfg['steps']),
+        '`kvstore_ext/cost.py` for that run (the links\' pipeline, the transport CPU and, '
+        'as the run\'s nodes shared %d cores, the host term), given the run\'s own compute '
+        'time and codec speeds calibrated on this machine (`docs/COST_MODEL.md`) at a load '
+        'average of %s (the runs: at most %.1f as each started); `pred/meas` is its ratio to the '
+        'measured step.' % (' and '.join(cfg['rates'].split(',')), cfg['steps'],
+                            data['host_cores'], calibrated, quiet),
         table(['model', 'rate', 'scheme', 'step ms', 'compute ms', 'link MB', 'speed-up',
                'predicted ms', 'pred/meas'], rows,
               ['---', '---', '---', '---:', '---:', '---:', '---:', '---:', '---:']),
         src(measured),
         '`bench/real_models.py extrapolate`: the cost model alone at the scale these '
         'models train, as many servers as workers, %s latency, no overlap, codec speeds '
-        'of this machine\'s CPU; the compute time of a step is given (%s). Each cell: the '
+        'of this machine\'s CPU (the same calibration), the transport CPU per node and no '
+        'host term (every node its own cores); the compute time of a step is given (%s). '
+        'Each cell: the '
         'fastest kvstore and its speed-up over `dist_sync`; then `dist_sync_hylo`\'s.'
         % (ecfg['latency'], ', '.join('%s %g ms' % kv for kv in
                                          sorted(ecfg['compute_ms'].items())))]
@@ -705,16 +712,36 @@ def section_real_models():
             if (w, l) in cells else '-' for l in links] for w in workers]
         parts.append(table(['model'] + links, erows))
     parts.append(src(scale))
+    def ratios(rs):
+        return sorted(r['predicted']['step_s'] / r['step_s'] for r in rs
+                      if (r.get('predicted') or {}).get('step_s'))
+    plain = {m: ratios(r for r in runs if r['model'] == m and r['scheme'] == 'dist_sync')
+             for m in ('vgg16', 'resnet50_v1')}
+    packed = ratios(r for r in runs if r['scheme'] != 'dist_sync')
+    moved = max(r['predicted']['transport_s'] for r in runs
+                if r['model'] == 'resnet50_v1' and r['scheme'] == 'dist_sync')
     parts.append(
         'How to read them: the measured rows are 2 workers on 2 shared cores, where each '
         'worker\'s compute and codecs compete for the cores, so a codec costs more than it '
-        'would beside a GPU. The model under-predicts VGG-16\'s float32 rows most: its '
-        'first Dense layer is three quarters of the gradient, and the one server receives '
-        'it before it can send it back, which the model\'s full-duplex links do not count '
-        '(docs/COST_MODEL.md, "Validation on the emulated cluster"). The extrapolation '
-        'names the fastest kvstore whatever its accuracy evidence; `python -m '
+        'would beside a GPU. The float32 rows (`dist_sync`, no codec) test the links and '
+        'the transport CPU alone. VGG-16\'s first Dense layer is three quarters of the '
+        'gradient, and the one server receives it before it can send it back, which the '
+        'links\' pipeline counts: its float32 rows are predicted at %s times the measured step. '
+        'ResNet-50\'s many keys pipeline; its float32 rows are over-predicted (%s), and '
+        'the transport CPU the model adds after the transfer (serial by default: towards '
+        'slow) is %.0f ms a step of that (docs/COST_MODEL.md, "Validation on the emulated '
+        'cluster"). The compressing rows are over-predicted %.1f-%.1fx: their codecs were '
+        'calibrated at a load average of %s on this machine\'s cores (other jobs running), '
+        'the runs at most %.1f, so the codecs read up to several times slower than in the runs '
+        '(re-calibrate on a quiet machine: remove `bench/results/real_models_calibration.json`'
+        ', then `bench/real_models.py predict`). The extrapolation '
+        'inherits those slow codec speeds (they favour `dist_sync`) and names the fastest '
+        'kvstore whatever its accuracy evidence; `python -m '
         'kvstore_ext.advise` prints that evidence beside it, and only Hylo\'s two modes '
-        'are shown within 0.5 points of `dist_sync` on every MNIST cell.')
+        'are shown within 0.5 points of `dist_sync` on every MNIST cell.'
+        % (' and '.join('%.2f' % x for x in plain['vgg16']),
+           ' and '.join('%.2f' % x for x in plain['resnet50_v1']), 1e3 * moved,
+           packed[0], packed[-1], calibrated, quiet))
     return '\n\n'.join(parts)
 
 

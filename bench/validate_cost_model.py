@@ -131,13 +131,53 @@ def predict(shapes, kvstore, params, workers, servers, rate_bits, latency_s,
             'compressed_tensors': compressed, 'unmeasured': step.unmeasured}
 
 
-def save_speeds(speeds, path):
-    """A cost_calibrate result as JSON: {codec signature: [worker s, server s per slot]}."""
+def save_speeds(speeds, path, calibrations=()):
+    """A cost_calibrate result as JSON: {codec signature: [worker s, server s per slot]},
+    and ``calibrations``: what each calibration that made it timed, and the machine's
+    load average meanwhile (a loaded machine reads slower codecs)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    saved = {'source': speeds.source,
+             'measured': {k: list(v) for k, v in sorted(speeds.measured.items())}}
+    if calibrations:
+        saved['calibrations'] = list(calibrations)
     with open(path, 'w') as f:
-        json.dump({'source': speeds.source,
-                   'measured': {k: list(v) for k, v in sorted(speeds.measured.items())}},
-                  f, indent=1)
+        json.dump(saved, f, indent=1)
+
+
+def calibrate_into(path, variants, shapes, repeats):
+    """MeasuredSpeeds of the speeds file ``path`` after timing (cost_calibrate) the codecs
+    that ``variants`` plan for ``shapes`` and the file lacks, and adding them to it (every
+    codec if there is no file): a second command, or a plan that grew, reuses what is
+    measured. Each calibration that times something is recorded in the file with the
+    load average before and after it."""
+    from kvstore_ext.cost_calibrate import calibrate
+    saved = {'source': None, 'measured': {}, 'calibrations': []}
+    if os.path.exists(path):
+        with open(path) as f:
+            saved.update(json.load(f))
+    before, started = os.getloadavg(), time.monotonic()
+    new = calibrate(variants, shapes, repeats=repeats, known=saved['measured'])
+    if new.measured or not os.path.exists(path):
+        after = os.getloadavg()
+        record = {'codecs': sorted(new.measured), 'repeats': repeats,
+                  'seconds': round(time.monotonic() - started, 1),
+                  'loadavg_before': [round(x, 2) for x in before],
+                  'loadavg_after': [round(x, 2) for x in after],
+                  'cpu_count': os.cpu_count()}
+        how = 'one worker, best of %d, load average %.1f then %.1f' % (
+            repeats, before[0], after[0])
+        source = 'calibrated on this machine (%s)' % how
+        if saved['measured']:
+            source = '%s; %d codecs added later (%s)' % (saved['source'],
+                                                         len(new.measured), how)
+        merged = dict({k: tuple(v) for k, v in saved['measured'].items()}, **new.measured)
+        from kvstore_ext import cost
+        save_speeds(cost.MeasuredSpeeds(merged, source=source), path,
+                    saved['calibrations'] + [record])
+        print('calibrated %d codecs in %.0f s (load average %.1f, then %.1f): %s' % (
+            len(new.measured), record['seconds'], before[0], after[0], path),
+            file=sys.stderr, flush=True)
+    return load_speeds(path)
 
 
 def load_speeds(path):
@@ -360,8 +400,9 @@ def parse_args(argv):
                         help='codec speeds from --calibrate (%(default)s); "shipped": the '
                              'shipped kernel table alone')
     parser.add_argument('--calibrate', action='store_true',
-                        help='time every codec for both models on this machine '
-                             '(cost_calibrate) into --speeds, then stop')
+                        help='time the codecs the schemes plan for the models on this '
+                             'machine (cost_calibrate) that --speeds lacks, add them to it, '
+                             'then stop (every codec if the file does not exist)')
     parser.add_argument('--host-cores', type=int, default=os.cpu_count(),
                         help='cores every node of the emulated cluster shares: the '
                              'model\'s host term (default: this machine\'s, %(default)s); '
@@ -389,6 +430,8 @@ def parse_args(argv):
     except ValueError as e:
         parser.error(str(e))
     if args.speeds == 'shipped':
+        if args.calibrate:
+            parser.error('--calibrate writes --speeds: give a file, not "shipped"')
         args.speeds = None
     if args.host_cores is not None and args.host_cores < 0:
         parser.error('--host-cores must be >= 0, got %d' % args.host_cores)
@@ -401,12 +444,9 @@ def main(argv=None):
     shapes = {m: model_shapes(m) for m in args.models}
     if args.calibrate:
         from kvstore_ext import cost
-        from kvstore_ext.cost_calibrate import calibrate
         from kvstore_ext.registry import SCHEMES
         merged = {'%s/%s' % (m, k): s for m in args.models for k, s in shapes[m].items()}
-        started = time.monotonic()
-        save_speeds(calibrate(cost.variants(SCHEMES), merged, repeats=5), args.speeds)
-        print('calibrated in %.0f s: %s' % (time.monotonic() - started, args.speeds))
+        calibrate_into(args.speeds, cost.variants(SCHEMES), merged, repeats=5)
         return 0
     speeds = load_speeds(args.speeds)
     if args.predict_only:

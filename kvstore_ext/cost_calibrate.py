@@ -27,21 +27,42 @@ def _best(seconds):
     return min(seconds) if seconds else 0.0
 
 
-def calibrate(variants, shapes, repeats=3, chunk_size=1 << 20):
+def unknown(name, params, shapes, known, chunk_size=1 << 20):
+    """The names of ``shapes`` whose codecs, as scheme ``name`` with ``params`` plans them
+    at one worker (what calibrate times) and cut into chunks, are not all in ``known``
+    (signatures): what a speeds file lacks, so that a calibration can add only that."""
+    from .cost import plan
+    from .registry import SCHEMES
+    codecs = plan(SCHEMES[name](**params), shapes, 1)
+    out = []
+    for key, codec in codecs.items():
+        if codec is None or codec.passthrough:
+            continue
+        if any(signature(c.codec) not in known for c in chunking.split(codec, chunk_size)):
+            out.append(key)
+    return out
+
+
+def calibrate(variants, shapes, repeats=3, chunk_size=1 << 20, known=()):
     """MeasuredSpeeds for every codec that the ``variants`` ([(label, scheme name,
     params)], cost.variants) plan for ``shapes`` ({name: shape}); the best of ``repeats``
-    steps after a first (untimed) one, which makes keys and agrees."""
+    steps after a first (untimed) one, which makes keys and agrees. With ``known``
+    (signatures already measured), a variant that plans no codec outside it is not run,
+    and only the codecs outside it are returned (a variant runs on all the shapes: a
+    scheme may plan a tensor by its neighbours)."""
     import mxnet as mx
     from .aggregate import decode_sum
     from .codecs import GatherCodec
     from .codecs.base import innermost
     measured = {}
+    known = set(known)
+    # dAD is modelled as its fallback (cost.plan), whose own variant is timed
+    todo = [(name, params) for _, name, params in variants if name != 'dad' and (
+        not known or unknown(name, params, shapes, known, chunk_size))]
     rng = np.random.default_rng(0)
     grads = {k: mx.nd.array(rng.standard_normal(s).astype(np.float32) * 0.01)
-             for k, s in shapes.items()}
-    for _, name, params in variants:
-        if name == 'dad':
-            continue    # modelled as its fallback (cost.plan), whose own variant is timed
+             for k, s in shapes.items()} if todo else {}
+    for name, params in todo:
         kv = mx.kv.create('dist_sync_' + name)
         if params:
             kv.set_gradient_compression(dict(params))
@@ -74,7 +95,8 @@ def calibrate(variants, shapes, repeats=3, chunk_size=1 << 20):
                         slots.append(time.perf_counter() - start)
                     slot = _best(slots)
                 worker = max(_best(times[key]) * share - slot, 0.0)
-                measured[signature(chunk.codec)] = (worker, slot)
+                if signature(chunk.codec) not in known:
+                    measured[signature(chunk.codec)] = (worker, slot)
     return MeasuredSpeeds(measured, fallback=KernelSpeeds(),
                           source='calibrated on this machine (one worker, best of %d)'
                           % repeats)

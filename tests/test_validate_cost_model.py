@@ -108,3 +108,37 @@ def test_speeds_file_round_trips(tmp_path):
     # what the file lacks comes from the shipped table
     other = cost.plan(vcm.scheme_of('dist_sync_hylo', {}), {'c': (64, 32, 3, 3)}, 2)['c']
     assert loaded.codec_seconds(other, 2) == cost.KernelSpeeds().codec_seconds(other, 2)
+
+
+def test_calibrate_adds_only_what_the_speeds_file_lacks(tmp_path):
+    """--calibrate (calibrate_into) times every codec into a new file; on a file that
+    lacks one codec (a plan that changed since), it times and adds that one alone, and
+    keeps the others' measurements; each calibration records the load average."""
+    import json
+    from kvstore_ext import cost
+    path = str(tmp_path / 'speeds.json')
+    variants = [('dist_sync_hylo', 'hylo', {})]
+    shapes = {'conv': (128, 64, 3, 3), 'fc': (256, 512), 'bias': (64,)}
+    first = vcm.calibrate_into(path, variants, shapes, repeats=1)
+    planned = cost.plan(vcm.scheme_of('dist_sync_hylo', {}), shapes, 1)
+    assert not planned['conv'].passthrough and not planned['fc'].passthrough
+    wanted = sorted(cost.signature(planned[k]) for k in ('conv', 'fc'))
+    assert sorted(first.measured) == wanted
+    with open(path) as f:
+        saved = json.load(f)
+    conv = cost.signature(planned['conv'])
+    kept = saved['measured'].pop(conv)
+    saved['measured'][cost.signature(planned['fc'])] = [1.0, 2.0]   # a mark: not re-timed
+    with open(path, 'w') as f:
+        json.dump(saved, f)
+    again = vcm.calibrate_into(path, variants, shapes, repeats=1)
+    assert again.measured[cost.signature(planned['fc'])] == (1.0, 2.0)
+    assert conv in again.measured and len(kept) == 2
+    with open(path) as f:
+        records = json.load(f)['calibrations']
+    assert [r['codecs'] for r in records] == [wanted, [conv]]
+    assert all(len(r['loadavg_before']) == 3 for r in records)
+    # nothing lacking: nothing timed, the file unchanged
+    before = open(path).read()
+    vcm.calibrate_into(path, variants, shapes, repeats=1)
+    assert open(path).read() == before
