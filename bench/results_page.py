@@ -297,8 +297,10 @@ def readme_block():
                                         hylo['raw'] / hylo['push']), files(DEFAULTS)],
             ['test accuracy', '%s %% (%d seeds)' % (pm(base['acc']), len(base['seeds'])),
              '%s %% (%d seeds)' % (pm(hylo['acc']), len(hylo['seeds'])), files(DEFAULTS)],
-            ['training step time', '1.00x', '%.2fx (one-sided 95%% bound %.2f, %d seeds)'
-             % (promise.mean_std(ratios)[0], promise.upper_bound(ratios), len(ratios)),
+            ['training step time', '1.00x',
+             '%.2fx (median %.2fx, one-sided 95%% bound %.2f, %d seeds)'
+             % (promise.mean_std(ratios)[0], statistics.median(ratios),
+                promise.upper_bound(ratios), len(ratios)),
              files(*names)]])])
 
 
@@ -393,6 +395,19 @@ MATRIX = [
      _same(['matrix_lenet.json', 'matrix_lenet_8w_seeds4-6.json'], _BASE) +
      _same(['hylo_fc_momentum_correction_8w.json'], _FC_ON)),
 ]
+# Runs of today's code at its defaults, new seeds in every cell (`promise.py` names the
+# modes `dist_sync_hylo(aggregation=server)` and plain `dist_sync_hylo`, homomorphic):
+# they join the matrix, and section_matrix sets them beside the cell's earlier seeds.
+RECHECK = {('cnn512', 4, 'short'): 'loopback_step_4w_cnn512.json',
+           'cnn512': 'matrix_recheck_cnn512.json', 'mlp': 'matrix_recheck_mlp.json',
+           'lenet': 'matrix_recheck_lenet.json'}
+_TODAY = [('dist_sync', 'dist_sync'), (SERVER, SERVER), ('dist_sync_hylo', HOMOMORPHIC)]
+MATRIX = [(cell, sources + _same([RECHECK.get(cell) or RECHECK[cell[0]]], _TODAY))
+          for cell, sources in MATRIX]
+
+
+def recheck_file(cell):
+    return RECHECK.get(cell) or RECHECK[cell[0]]
 
 
 def matrix_runs():
@@ -413,16 +428,63 @@ def matrix_runs():
                         raise ValueError('%s: %s seed %d differs from another file'
                                          % (name, spec, r['seed']))
                     continue
-                got[key] = dict(r, spec=label)
+                got[key] = dict(r, spec=label, file=name)
         runs += got.values()
     return runs, cache
+
+
+# two-sided 95% Student t quantiles by degrees of freedom (the recheck's intervals)
+T975 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+
+
+def welch(a, b):
+    """mean(a) - mean(b) and the half-width of its two-sided 95% Welch interval (None
+    with fewer than two values on a side)."""
+    if len(a) < 2 or len(b) < 2:
+        return (statistics.mean(a) - statistics.mean(b) if a and b else None), None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = (va + vb) ** 0.5
+    if se == 0:
+        return statistics.mean(a) - statistics.mean(b), 0.0
+    df = se ** 4 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    t = T975[max(k for k in T975 if k <= max(int(df), 1))]
+    return statistics.mean(a) - statistics.mean(b), t * se
+
+
+def recheck_rows(runs):
+    """Per cell and mode: the paired losses (points) of today's seeds (the cell's
+    RECHECK file) beside those of its earlier seeds, and their difference's interval."""
+    out, differ, compared = [], 0, 0
+    for cell, _ in MATRIX:
+        mine = [r for r in runs if (r['model'], r['workers'], r['schedule']) == cell]
+        base = {r['seed']: r['final_acc'] for r in mine if r['spec'] == 'dist_sync'}
+        line = list(cell)
+        for spec in (SERVER, HOMOMORPHIC):
+            loss = {True: [], False: []}
+            for r in mine:
+                if r['spec'] == spec and r['seed'] in base:
+                    loss[r['file'] == recheck_file(cell)].append(
+                        100 * (base[r['seed']] - r['final_acc']))
+            diff, half = welch(loss[True], loss[False])
+            if half is None:
+                shown = '-'
+            else:
+                compared += 1
+                differ += abs(diff) > half
+                shown = '%+.2f ± %.2f%s' % (diff, half,
+                                            ' **differs**' if abs(diff) > half else '')
+            line += [len(loss[True]), pm(promise.mean_std(loss[True]), '%+.2f'),
+                     len(loss[False]), pm(promise.mean_std(loss[False]), '%+.2f'), shown]
+        out.append(line)
+    return out, differ, compared
 
 
 def section_matrix():
     runs, files = matrix_runs()
     rows = promise.summarize(runs)
     by = {(r['model'], r['workers'], r['schedule'], r['spec']): r for r in rows}
-    out, shown, cells = [], 0, 0
+    out, shown, cells, open_, bounds = [], 0, 0, [], []
     for (model, workers, schedule), _ in MATRIX:
         base = by[(model, workers, schedule, 'dist_sync')]
         line = [model, workers, schedule, pm(base['acc'])]
@@ -430,6 +492,13 @@ def section_matrix():
             r = by[(model, workers, schedule, spec)]
             cells += 1
             shown += r['verdict'] == 'ok'
+            where = '%s at %d workers, %s, %s mode' % (
+                model, workers, schedule, 'server' if spec == SERVER else 'homomorphic')
+            if r['verdict'] == 'ok':
+                bounds.append((r['bound_points'], where))
+            else:
+                open_.append('%s (loss %s, bound %+.2f)' % (
+                    where, pm(r['paired_diff_points'], '%+.2f'), r['bound_points']))
             line += [r['paired_n'], pm(r['acc']), pm(r['paired_diff_points'], '%+.2f'),
                      '%+.2f %s' % (r['bound_points'], r['verdict'])]
         out.append(line)
@@ -449,36 +518,61 @@ def section_matrix():
                'homomorphic: seeds', 'acc %', 'loss', 'bound'], out,
               ['---', '---:', '---', '---'] + ['---:', '---', '---', '---'] * 2),
         src(*sorted(files)),
-        '**%d of %d cells are shown within 0.5 points.** The narrowest are cnn512 at 8 '
-        'workers, long (bounds just under 0.4): re-check them first when the code under them '
-        'changes. Which runs count as today\'s defaults, cell by cell, is `MATRIX` in '
+        '**%d of %d cells are shown within 0.5 points.** %sThe narrowest shown is %s '
+        '(bound %+.2f): re-check it first when the code under it changes. Which runs count '
+        'as today\'s defaults, cell by cell, is `MATRIX` in '
         '`bench/results_page.py`: below 8 workers the conv momentum correction is off '
         '(the code of `momentum=0`); from 8 workers the FC layers code their velocity; the '
         'masking\'s learning-rate rule changes only cnn512 at 8 workers, long. Files made '
         'before the homomorphic default name server mode plain `dist_sync_hylo`. The '
         'decisions behind these defaults: [docs/decisions/](decisions/README.md).'
-        % (shown, cells)])
+        % (shown, cells,
+           ('Not resolved by the seeds: %s. ' % '; '.join(open_)) if open_ else '',
+           max(bounds)[1], max(bounds)[0])]
+        + section_recheck(runs))
+
+
+def section_recheck(runs):
+    rows, differ, compared = recheck_rows(runs)
+    seeds = sorted({r['seed'] for r in runs if r['file'] in RECHECK.values()
+                    and r['file'] != RECHECK[('cnn512', 4, 'short')]})
+    return [
+        '**Today\'s code against the earlier seeds.** Most of the matrix\'s runs were made '
+        'while the codecs were organised differently (momentum correction as a class per '
+        'codec, a value rule now removed). The suite holds every codec\'s output equal to '
+        'the NumPy reference, so no number should move; these runs check that at the level '
+        'of accuracy: every cell again on today\'s code with seeds %s (cnn512 at 4 workers, '
+        'short: the 10 seeds of the step-time runs below), in the matrix above, and here '
+        'their paired loss beside the cell\'s earlier seeds\', with the difference '
+        '(today minus earlier) and its two-sided 95%% Welch interval. **%d of %d '
+        'differences are outside their interval** (about %.1f would be by chance). With two '
+        'new seeds a cell the intervals are wide: they would catch a shift of a point or more '
+        'in the cells whose seeds agree closely, not a tenth.'
+        % (', '.join(map(str, seeds)), differ, compared, 0.05 * compared),
+        table(['model', 'workers', 'schedule',
+               'server: today', 'loss', 'earlier', 'loss', 'difference',
+               'homomorphic: today', 'loss', 'earlier', 'loss', 'difference'], rows,
+              ['---', '---:', '---'] + ['---:', '---', '---:', '---', '---'] * 2)]
 
 
 # -- step time on loopback ----------------------------------------------------------------
 
+STEP_TARGET = 1.15     # the plugin's step on loopback, over dist_sync's
+
+
 def _overhead_runs():
-    """Both overhead files with today's names: in the first, plain `dist_sync_hylo` was
-    server mode (the default then); in the second it is the homomorphic mode."""
-    rename = {'overhead_4w_modes.json': {'dist_sync_hylo': SERVER},
-              'overhead_4w_default.json': {'dist_sync_hylo': HOMOMORPHIC}}
-    runs = []
-    for name, names in rename.items():
-        for r in load(name)['runs']:
-            if not r.get('error'):
-                runs.append(dict(r, spec=names.get(r['spec'], r['spec'])))
-    return runs, list(rename)
+    """The loopback step-time runs (cnn512, 4 workers, short), with today's names:
+    `promise.py` names the homomorphic default plain `dist_sync_hylo`."""
+    name = RECHECK[('cnn512', 4, 'short')]
+    runs = [dict(r, spec=HOMOMORPHIC if r['spec'] == 'dist_sync_hylo' else r['spec'])
+            for r in load(name)['runs'] if not r.get('error')]
+    return runs, [name]
 
 
 def section_step_time():
     runs, names = _overhead_runs()
     base = {r['seed']: r for r in runs if r['spec'] == 'dist_sync'}
-    out = []
+    out, verdicts = [], []
     for spec in ('dist_sync', SERVER, HOMOMORPHIC):
         rs = [r for r in runs if r['spec'] == spec]
         ratios = [r['train_s'] / base[r['seed']]['train_s'] for r in rs]
@@ -489,7 +583,16 @@ def section_step_time():
                     '' if spec == 'dist_sync' else pm(promise.mean_std(diffs), '%+.2f'),
                     pm(promise.mean_std([r['train_s'] for r in rs])),
                     '1' if spec == 'dist_sync' else '%.3f ± %.3f' % (mean, std),
+                    '' if spec == 'dist_sync' else '%.2f' % statistics.median(ratios),
                     '' if spec == 'dist_sync' else '%.2f' % bound])
+        if spec != 'dist_sync':
+            verdicts.append('%s %s (median %.2fx, bound %.2f)' % (
+                'the homomorphic mode' if spec == HOMOMORPHIC else 'server mode',
+                'meets it on the seeds\' bound' if bound <= STEP_TARGET else
+                'is within it at the median but not on the bound' if
+                statistics.median(ratios) <= STEP_TARGET else 'misses it',
+                statistics.median(ratios), bound))
+    others = statistics.median(r.get('others_cpu_share', 0.0) for r in runs)
     first = load(names[0])
     cfg, machine = first['config'], first['machine']
     mnist, resnet = load('step_time_mnist.json'), load('step_time_resnet18.json')
@@ -509,17 +612,21 @@ def section_step_time():
     return '\n\n'.join([
         '## Step time against `dist_sync` on loopback',
         '**A training step.** %s at %d workers, %s, on an %s machine with %d cores; the three '
-        'kvstores interleaved seed by seed on an idle machine; `train s` = the seconds of '
+        'kvstores interleaved seed by seed; other programs used a median %d%% of the cores '
+        'during the runs; `train s` = the seconds of '
         'the training steps (the slowest worker\'s, summed over epochs); the ratio is paired '
-        'by seed, with its one-sided 95%% t-bound. The target: at most 1.15x `dist_sync`.'
-        % (cfg['models'][0], cfg['workers'][0], setup_words(cfg), machine['cpu'], machine['cpus']),
+        'by seed, with its median and one-sided 95%% t-bound. The target: at most %.2fx '
+        '`dist_sync`.'
+        % (cfg['models'][0], cfg['workers'][0], setup_words(cfg), machine['cpu'], machine['cpus'],
+           round(100 * others), STEP_TARGET),
         table(['kvstore', 'seeds', 'test acc %', 'loss (points)', 'train s',
-               'over `dist_sync`\'s', 'bound'], out,
-              ['---', '---:', '---', '---', '---', '---:', '---:']),
+               'over `dist_sync`\'s', 'median', 'bound'], out,
+              ['---', '---:', '---', '---', '---', '---:', '---:', '---:']),
         src(*names),
         'On loopback there is no link to save, so this is the plugin\'s cost: encoding, '
-        'decoding and the Python around them. The default (homomorphic) mode meets the '
-        'target on the seeds\' bound; server mode does not.',
+        'decoding and the Python around them. Against the target, %s; a load that comes '
+        'and goes widens the seeds\' spread, and an idle machine narrows the bound.'
+        % '; '.join(verdicts),
         '**No model compute.** %d workers and %d server on loopback pushpull random '
         'gradients of a model\'s shapes key by key, as Gluon\'s Trainer does; median step '
         'in ms. `dist_sync_none` is the plugin with no compression: its ratio is the '
@@ -737,8 +844,8 @@ def section_real_models():
         ', then `bench/real_models.py predict`). The extrapolation '
         'inherits those slow codec speeds (they favour `dist_sync`) and names the fastest '
         'kvstore whatever its accuracy evidence; `python -m '
-        'kvstore_ext.advise` prints that evidence beside it, and only Hylo\'s two modes '
-        'are shown within 0.5 points of `dist_sync` on every MNIST cell.'
+        'kvstore_ext.advise` prints that evidence beside it, and only Hylo\'s default '
+        '(homomorphic) mode is shown within 0.5 points of `dist_sync` on every MNIST cell.'
         % (' and '.join('%.2f' % x for x in plain['vgg16']),
            ' and '.join('%.2f' % x for x in plain['resnet50_v1']), 1e3 * moved,
            packed[0], packed[-1], calibrated, quiet))

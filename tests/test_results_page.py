@@ -111,3 +111,39 @@ def test_check_fails_on_a_readme_whose_table_differs(tmp_path):
     shutil.copy(os.path.join(REPO, 'README.md'), str(readme))
     _edit_block_and_check(readme, r'\(\d+\.\dx fewer\)', '(9.9x fewer)',
                           ['--readme', str(readme)])
+
+
+def _results_page():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('results_page_under_test', GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cell_runs(page, cell, today_shift):
+    """Paired runs of one matrix cell: 6 earlier seeds, 4 of today's (its RECHECK file),
+    today's Hylo losses moved by ``today_shift`` points."""
+    model, workers, schedule = cell
+    runs = []
+    for seed in range(1, 11):
+        today = seed > 6
+        name = page.recheck_file(cell) if today else 'earlier.json'
+        base = 0.95 + 0.001 * (seed % 3)
+        loss = 0.002 * ((seed * 7) % 5) + (today_shift / 100.0 if today else 0.0)
+        for spec, acc in (('dist_sync', base), (page.SERVER, base - loss),
+                          (page.HOMOMORPHIC, base - loss)):
+            runs.append({'model': model, 'workers': workers, 'schedule': schedule,
+                         'seed': seed, 'spec': spec, 'final_acc': acc, 'file': name})
+    return runs
+
+
+def test_recheck_flags_todays_seeds_only_when_they_moved():
+    page = _results_page()
+    cell = page.MATRIX[0][0]
+    rows, differ, compared = page.recheck_rows(_cell_runs(page, cell, today_shift=0.0))
+    assert (differ, compared) == (0, 2)
+    assert rows[0][3] == 4 and rows[0][5] == 6          # today's seeds, earlier seeds
+    rows, differ, compared = page.recheck_rows(_cell_runs(page, cell, today_shift=1.5))
+    assert (differ, compared) == (2, 2)
+    assert 'differs' in rows[0][7] and rows[0][7].startswith('+1.50')
