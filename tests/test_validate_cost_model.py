@@ -108,3 +108,17 @@ def test_speeds_file_round_trips(tmp_path):
     # what the file lacks comes from the shipped table
     other = cost.plan(vcm.scheme_of('dist_sync_hylo', {}), {'c': (64, 32, 3, 3)}, 2)['c']
     assert loaded.codec_seconds(other, 2) == cost.KernelSpeeds().codec_seconds(other, 2)
+
+
+def test_a_rows_policy_is_the_agreed_rate_with_every_workers_fit():
+    """bench/cluster.py's row carries policy='auto''s decisions (the same on every
+    worker) once, with each worker's own rate fit; None for another kvstore."""
+    fits = [{'rate_bits': 9e8, 'method': 'line'}, {'rate_bits': 7e8, 'method': 'line'}]
+    workers = [{'policy': {'rate_bits': 8e8, 'rate_source': 'measured',
+                           'compressed': {'0': True, '1': False}, 'rate_fit': fit}}
+               for fit in fits]
+    got = vcm.cluster.policy_of(workers)
+    assert got == {'rate_bits': 8e8, 'rate_source': 'measured',
+                   'compressed': {'0': True, '1': False}, 'rate_fits': fits}
+    assert vcm.cluster.policy_of([{'policy': None}, {'policy': None}]) is None
+    assert vcm.cluster.policy_of([{}, {}]) is None
