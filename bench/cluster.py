@@ -12,7 +12,8 @@ reports, per worker and step:
   part of the step that communication (with its encoding and waiting) adds;
 * bytes on the links: the worker's interface counters (rx + tx of its ``eth0``,
   read by the worker around the timed steps), next to ``kv.comm_stats()``
-  (push_bytes + pull_bytes) of kvstore_ext's types; MXNet's own have no comm_stats.
+  (push_bytes + pull_bytes) of kvstore_ext's types; MXNet's own have no comm_stats;
+* with ``policy='auto'``: the link rate it agreed on and its choice per key (``policy``).
 
     python bench/cluster.py --workers 2 --servers 1 --rate 100mbit \\
         --models vgg resnet --rate-multipliers 1,4 --json out.json
@@ -99,6 +100,17 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def policy_of(workers):
+    """policy='auto''s decisions (rate, choice per key: the same on every worker) with
+    each worker's own fit of the rate (``rate_fits``, by launch id); None for other
+    kvstores."""
+    found = [w.get('policy') for w in workers]
+    if not all(found):
+        return None
+    return dict({k: v for k, v in found[0].items() if k != 'rate_fit'},
+                rate_fits=[f['rate_fit'] for f in found])
+
+
 def summarize(workers, before, after):
     """One run's row from the workers' JSON results and the cluster's counters."""
     steps = len(workers[0]['step_s'])
@@ -131,6 +143,7 @@ def summarize(workers, before, after):
         'link_rx_bytes_per_step': per_step(lambda w: w['link_rx_bytes']),
         'comm_stats_bytes_per_step': comm,                # per worker: push + pull
         'link_over_comm_stats': link / comm if comm else None,
+        'policy': policy_of(workers),                     # policy='auto' only
         'job_link_bytes': {                               # whole job, each node's eth0
             name: {'rx': after[name]['node'][0] - before[name]['node'][0],
                    'tx': after[name]['node'][1] - before[name]['node'][1]}

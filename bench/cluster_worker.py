@@ -14,7 +14,8 @@ A fixed model on synthetic data, trained with Gluon's Trainer on ``--kvstore``:
 
 Around the timed rounds the worker reads its own interface byte counters
 (``/proc/net/dev``: this namespace's interfaces) and, for kvstore_ext types,
-``kv.comm_stats()``.
+``kv.comm_stats()``; with policy='auto' the result also holds ``kv.policy_decisions()``
+(the agreed link rate and the choice per key).
 
 Every step ends with ``mx.nd.waitall()``, so a step's time is the whole step.
 Results go to ``OUT_DIR/worker-<DMLC_WORKER_ID>.json``.
@@ -242,6 +243,8 @@ def main():
         'link_tx_bytes': net_after[1] - net_before[1],
         'comm_stats': None if comm_before is None else {
             k: comm_after[k] - comm_before[k] for k in comm_before},
+        # policy='auto': the link rate its plans use and its choice per key
+        'policy': kv.policy_decisions() if hasattr(kv, 'policy_decisions') else None,
     }
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, 'worker-%d.json' % launch_id)

@@ -22,7 +22,9 @@ bytes on the links) and predicts that job's step with ``cost.step_cost``, from
   ``--calibrate`` before the sweep), falling back to the shipped kernel table.
 
 Nothing is fitted to the step times. ``policy='auto'`` with a measured rate
-(link_rate=0) is predicted with the link's rate given, the rate it should measure.
+(link_rate=0) is predicted with the link's rate given, the rate it should measure; its
+row's ``policy`` holds the rate it did agree on (with each worker's fit) and its choice
+per key (``cluster.policy_of``).
 
     sudo .venv/bin/python bench/validate_cost_model.py --calibrate   # once, seconds
     sudo .venv/bin/python bench/validate_cost_model.py --stop-at 10:45
@@ -367,9 +369,12 @@ def sweep(args, result, speeds, shapes, plugin):
                         else:
                             predict_row(row, shapes[model], speeds, args.host_cores)
                             p = (row['predicted'] or {}).get('step_s')
-                            print('    measured %.0f ms, predicted %s ms (compute %.0f)' % (
+                            rate = (row.get('policy') or {}).get('rate_bits')
+                            print('    measured %.0f ms, predicted %s ms (compute %.0f)%s' % (
                                 1e3 * row['step_s'], '-' if p is None else '%.0f' % (1e3 * p),
-                                1e3 * row['compute_s']), file=sys.stderr, flush=True)
+                                1e3 * row['compute_s'], '' if rate is None else
+                                ', auto at %.0f Mbit/s' % (rate / 1e6)),
+                                file=sys.stderr, flush=True)
                         result['runs'].append(row)
                         write(result, args.json)
         finally:

@@ -37,9 +37,24 @@ rate re-plans with them. 'shipped': the table, the same on every host, no round.
 The rate: a given ``link_rate`` is a parameter, so equal everywhere; with a given rate,
 step 0 decides by the shipped table and step 1 by the measured seconds. With
 ``link_rate=0`` the rate is measured on each worker (``LinkMeter``: the init/broadcast
-rounds every worker runs, bytes over seconds) and agreed by one Sum round
-(``agree_rate``: the mean of the workers' rates), through the scheme's re-plan path
-(``Scheme.settle``); until then a key goes float32.
+rounds every worker runs and the first step's float32 keys, each round's bytes and
+seconds) and agreed by one Sum round (``agree_rate``: the mean of the workers' rates),
+through the scheme's re-plan path (``Scheme.settle``); until then a key goes float32.
+
+The rule prices bytes at the link's rate (latency left out, as both choices pay it),
+so the meter must measure the link, not the round trips. A model's keys are mostly
+small (biases, norms, small convs): each of their rounds is a round trip and a few
+bytes, so total bytes over total seconds was an effective rate far below the link's
+(at fast links several times), and compressing looked good on paper. ``fit_rate``
+fits seconds = a + bytes / B over the rounds (least squares): the small rounds fix the
+latency a, the large ones the slope, and B is the link's rate. Delays only add (a
+key's first round may wait for the backward pass or the other workers), so of rounds of
+one size the fastest is used. A line that cannot be trusted (one size only, a slope or
+a latency that is not positive: noise, or no round large enough to see the link) falls
+back to the bytes-weighted rate through the origin, sum(b^2) / sum(b * s), which the
+largest rounds lead: still a lower bound of the link, not dominated by the small keys.
+The fit, and the former bytes over seconds beside it, are reported with the decisions
+(policy_report.py: one log line on rank 0, ``kv.policy_decisions()``).
 """
 import os
 import time
@@ -93,22 +108,61 @@ def crossover(codec, workers, servers, chunk_size=1 << 20):
     return float('inf') if spent <= 0 else 8.0 * saved / spent
 
 
+class RateFit:
+    """What ``fit_rate`` found: ``rate_bits`` (bits/s, 0 if nothing was timed), the
+    line's ``latency_s`` (its intercept; None when no line was fitted), ``method``
+    ('line', 'bytes-weighted' or 'none'), the ``rounds`` timed and ``mean_bits``: total
+    bytes over total seconds of the same rounds (the former estimator, kept to compare)."""
+
+    def __init__(self, rate_bits, latency_s, method, rounds, mean_bits):
+        self.rate_bits, self.latency_s, self.method = rate_bits, latency_s, method
+        self.rounds, self.mean_bits = rounds, mean_bits
+
+    def as_dict(self):
+        return {'rate_bits': self.rate_bits, 'latency_s': self.latency_s,
+                'method': self.method, 'rounds': self.rounds, 'mean_bits': self.mean_bits}
+
+
+def fit_rate(points):
+    """The link's rate from timed rounds ``points`` [(bytes, seconds)] (module docstring,
+    "The rate"): the fastest round of each size, a least-squares line seconds = a +
+    bytes / B through them; if the line is degenerate (fewer than two sizes, a slope or
+    an intercept that is not positive), the bytes-weighted rate through the origin,
+    sum(bytes^2) / sum(bytes * seconds)."""
+    points = [(float(b), float(s)) for b, s in points if b > 0 and s > 0]
+    if not points:
+        return RateFit(0.0, None, 'none', 0, 0.0)
+    mean_bits = 8.0 * sum(b for b, _ in points) / sum(s for _, s in points)
+    fastest = {}
+    for b, s in points:         # delays only add: a size's fastest round is its closest
+        fastest[b] = min(s, fastest.get(b, s))
+    x = np.array(sorted(fastest), dtype=np.float64)
+    y = np.array([fastest[b] for b in x], dtype=np.float64)
+    if len(x) >= 2:
+        slope, intercept = np.polyfit(x, y, 1)
+        if slope > 0 and intercept >= 0:
+            return RateFit(8.0 / slope, float(intercept), 'line', len(points), mean_bits)
+    weighted = 8.0 * float(np.sum(x * x) / np.sum(x * y))
+    return RateFit(weighted, None, 'bytes-weighted', len(points), mean_bits)
+
+
 class LinkMeter:
-    """This worker's measured link rate: bytes and seconds of rounds it timed."""
+    """This worker's measured link rate: the (bytes, seconds) of rounds it timed."""
 
     def __init__(self):
-        self.bytes = self.seconds = 0.0
+        self.points = []
+        self.last = None        # the RateFit of the last rate_bits() (reports)
 
     def add(self, nbytes, seconds):
-        self.bytes += nbytes
-        self.seconds += seconds
+        self.points.append((nbytes, seconds))
 
     def rate_bits(self):
-        """Bits/s measured so far (0 if nothing was timed)."""
-        return 8.0 * self.bytes / self.seconds if self.seconds > 0 else 0.0
+        """Bits/s measured so far (``fit_rate``; 0 if nothing was timed)."""
+        self.last = fit_rate(self.points)
+        return self.last.rate_bits
 
     def restart(self):
-        self.bytes = self.seconds = 0.0
+        self.points = []
 
 
 def agree_rate(meter, workers, share):

@@ -40,8 +40,8 @@ from mxnet.kvstore import KVStoreBase
 from mxnet import ndarray
 from mxnet.context import cpu
 
-from . import (calls, inspection, mxnet_keys, planning, policy, resume_workers, shutdown, sparse,
-               stepping, void_steps)
+from . import (calls, inspection, mxnet_keys, planning, policy, policy_report, resume_workers,
+               shutdown, sparse, stepping, void_steps)
 from .handover import Handover
 from .memory import StateMemory
 from .params import as_params
@@ -210,6 +210,7 @@ class CompressedKVStore(KVStoreBase):
             self._scheme.bind(key, values)
         step = self._stats.pushes(key)
         planning.plan_if_due(self, state, step)
+        policy_report.note(self, step)
         stepping.run(self, state, values, outs, step)
         return state
 
@@ -326,6 +327,11 @@ class CompressedKVStore(KVStoreBase):
     def comm_stats(self):
         """Cumulative bytes of this worker: raw (float32 equivalent), pushed, pulled."""
         return self._stats.as_dict()
+
+    def policy_decisions(self):
+        """policy='auto''s link rate and choice per key so far (policy_report.py); None
+        for another policy."""
+        return policy_report.decisions(self)
 
     def codec_plan(self):
         """{key: codec description} for the keys seen so far."""

@@ -121,6 +121,75 @@ def test_measured_rate_is_agreed_as_the_mean():
     assert values[0] == pytest.approx(3e9, rel=1e-6)
 
 
+def latency_bound_rounds(rate_bits, latency, small=60, large=(1 << 20, 4 << 20, 16 << 20),
+                         seed=0):
+    """(bytes, seconds) of timed rounds as a job's init and first step make them: many
+    small keys (biases, norms, small convs), each a round trip and a little, and a few
+    large ones at ``latency`` + bytes / rate, each size timed twice (broadcast, step),
+    every round a little late (delays only add)."""
+    rng = np.random.default_rng(seed)
+    sizes = list(rng.integers(100, 20000, small)) + list(large)
+    points = []
+    for b in sizes:
+        for _ in range(2):
+            late = rng.uniform(0, 0.2) * latency
+            points.append((float(b), latency + 8.0 * b / rate_bits + late))
+    return points
+
+
+@pytest.mark.parametrize('rate,mean_below', [(1e8, 1.0), (1e9, 0.75), (1e10, 0.3)])
+def test_link_meter_measures_the_link_not_the_latency(rate, mean_below):
+    """Latency-bound small keys plus large keys: the meter gives the large keys' rate
+    (the link's), where total bytes over total seconds is dominated by the small keys'
+    round trips and lands below it, the further the faster the link."""
+    points = latency_bound_rounds(rate, 1e-3)
+    meter = policy.LinkMeter()
+    for b, s in points:
+        meter.add(b, s)
+    got = meter.rate_bits()
+    assert got == pytest.approx(rate, rel=0.15)
+    mean = 8 * sum(b for b, _ in points) / sum(s for _, s in points)
+    assert mean < mean_below * rate            # what the former estimator measured
+    fit = meter.last
+    assert fit.method == 'line' and fit.rounds == len(points)
+    assert fit.mean_bits == pytest.approx(mean)
+    assert fit.latency_s == pytest.approx(1e-3, rel=0.3)
+
+
+def test_link_meter_keeps_each_sizes_fastest_round():
+    """A key's first round that waited (for the backward pass, for the other worker) is
+    not the link: of two rounds of one size the faster one counts."""
+    points = latency_bound_rounds(1e9, 1e-3)
+    meter = policy.LinkMeter()
+    for b, s in points:
+        meter.add(b, s)
+    meter.add(points[0][0], 0.5)               # a small key's round that waited 0.5 s
+    assert meter.rate_bits() == pytest.approx(1e9, rel=0.15)
+
+
+def test_link_meter_degenerate_fits_fall_back_to_the_bytes_weighted_rate():
+    """One size, a line that falls with size, or a negative latency: no line; the
+    bytes-weighted rate through the origin, sum(b^2) / sum(b s) over the fastest round
+    of each size, led by the largest rounds. Nothing timed: 0 (not counted in the
+    agreement)."""
+    cases = {
+        'one size': [(1e6, 0.01), (1e6, 0.012)],
+        'falling': [(1e3, 0.02), (1e6, 0.01)],
+        'negative latency': [(1e5, 0.0001), (1e6, 0.01)],
+    }
+    for name, points in cases.items():
+        meter = policy.LinkMeter()
+        for b, s in points:
+            meter.add(b, s)
+        fastest = {b: min(t for c, t in points if c == b) for b, _ in points}
+        want = 8 * sum(b * b for b in fastest) / sum(b * t for b, t in fastest.items())
+        assert meter.rate_bits() == pytest.approx(want), name
+        assert meter.last.method == 'bytes-weighted' and meter.last.latency_s is None, name
+    empty = policy.LinkMeter()
+    empty.add(0, 0.0)
+    assert empty.rate_bits() == 0.0 and empty.last.method == 'none'
+
+
 def test_rate_change_threshold():
     assert not policy.changed(1e9, 1.9e9) and not policy.changed(1e9, 0.6e9)
     assert policy.changed(1e9, 2.1e9) and policy.changed(1e9, 0.4e9)
@@ -168,6 +237,53 @@ def test_given_rate_does_not_measure():
     shipped = Hylo(policy='auto', link_rate=1e9, codec_times='shipped')
     assert not shipped.measures_link(0) and not shipped.replans_at(1)
     assert not Hylo().measures_link(0) and not Hylo().replans_at(1)
+
+
+LOCAL_SHAPES = {'conv': (24, 8, 3, 3), 'fc': (70, 33), 'bias': (50,), 'wide': (5000,)}
+
+
+@pytest.mark.parametrize('rate', [0, 1e3])
+def test_decisions_are_reported_logged_once_and_summarized(tmp_path, caplog, rate):
+    """One process (the store is rank 0 of 1): kv.policy_decisions() gives the rate the
+    plans use and every key's choice, as kv.plan shows it; one log line says so, at the
+    first step after the decisions (step 1 with a given rate and the shipped table,
+    step 2 with a measured one), and no more; the training scripts' --summary-json
+    carries the same."""
+    import argparse
+    import logging
+    import sys
+    import mxnet as mx
+    kv = mx.kv.create('dist_sync_hylo')
+    kv.set_gradient_compression(dict(BASE, policy='auto', link_rate=rate,
+                                     codec_times='shipped'))
+    for key, shape in LOCAL_SHAPES.items():
+        kv.broadcast(key, mx.nd.ones(shape), out=mx.nd.zeros(shape))
+    logged = []
+    with caplog.at_level('INFO', logger='kvstore_ext'):
+        for step in range(5):
+            for key, shape in LOCAL_SHAPES.items():
+                kv.pushpull(key, mx.nd.ones(shape), out=mx.nd.zeros(shape))
+            logged.append([r.getMessage() for r in caplog.records
+                           if "policy='auto': link rate" in r.getMessage()])
+    found = kv.policy_decisions()
+    assert found['compressed'] == {k: kv.plan(k).compressed for k in LOCAL_SHAPES}
+    if rate:
+        assert found['rate_source'] == 'given' and found['rate_bits'] == rate
+        assert found['rate_fit'] is None
+        assert [len(x) for x in logged] == [0, 1, 1, 1, 1]
+        assert logged[-1][0].endswith('3 of 4 keys compressed: conv, fc, wide')
+    else:
+        assert found['rate_source'] == 'measured'
+        assert found['rate_bits'] == kv.scheme.agreed_rate > 0
+        assert found['rate_fit']['rounds'] == 2 * len(LOCAL_SHAPES)  # broadcast, step 0
+        assert [len(x) for x in logged] == [0, 0, 1, 1, 1]
+    assert '%.0f Mbit/s' % (found['rate_bits'] / 1e6) in logged[-1][0]
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'gluon_scripts'))
+    from training import report
+    args = argparse.Namespace(kvstore='dist_sync_hylo', compression_params={},
+                              summary_json=str(tmp_path / 's-{rank}.json'))
+    report.summarize(args, kv, [], logging.getLogger('test'))
+    assert json.load(open(str(tmp_path / 's-0.json')))['policy'] == found
 
 
 # ---- codec_times='measured': the workers' own codec seconds, agreed -----------------
@@ -360,6 +476,32 @@ def test_dist_codec_times_differ_every_worker_decides_the_same(tmp_path, job_env
     assert a['codec_seconds'] and all(v == [5.0, 0.0] for v in a['codec_seconds'].values())
     for key in weights[0]:
         assert np.array_equal(weights[0][key], weights[1][key]), key
+
+
+def test_dist_measured_rate_is_reported_and_logged_once(tmp_path, job_env):
+    """kv.policy_decisions(): the agreed rate the plans used (the mean of the workers'
+    own fits) and each key's choice, the same on both workers; rank 0 logs them in one
+    line, once."""
+    out = tmp_path / 'report'
+    out.mkdir()
+    proc = launch(out, job_env, 2, 1, [JOB, '--kvstore', 'dist_sync_hylo', '--params',
+                                       json.dumps(dict(BASE, policy='auto', link_rate=0)),
+                                       '--steps', '4', '--out', str(out)])
+    a, b = [json.load(open(str(out / ('rank%d.json' % w)))) for w in range(2)]
+    for info in (a, b):
+        found = info['policy']
+        assert found['rate_source'] == 'measured'
+        assert found['rate_bits'] == info['rate']['3'] > 0
+        assert found['compressed'] == info['compressed']['3']
+        assert found['rate_fit']['rounds'] == 2 * len(info['compressed']['3'])
+    assert a['policy']['compressed'] == b['policy']['compressed']
+    fits = [a['policy']['rate_fit']['rate_bits'], b['policy']['rate_fit']['rate_bits']]
+    assert a['policy']['rate_bits'] == pytest.approx(sum(fits) / 2, rel=1e-5)
+    lines = [l for l in proc.stdout.splitlines() if "policy='auto': link rate" in l]
+    assert len(lines) == 1, proc.stdout[-3000:]
+    assert '%.0f Mbit/s' % (a['policy']['rate_bits'] / 1e6) in lines[0]
+    compressed = sum(a['policy']['compressed'].values())
+    assert '%d of 4 keys compressed' % compressed in lines[0], lines[0]
 
 
 def test_dist_link_rate_differs_is_refused(job_env):

@@ -142,3 +142,17 @@ def test_calibrate_adds_only_what_the_speeds_file_lacks(tmp_path):
     before = open(path).read()
     vcm.calibrate_into(path, variants, shapes, repeats=1)
     assert open(path).read() == before
+
+
+def test_a_rows_policy_is_the_agreed_rate_with_every_workers_fit():
+    """bench/cluster.py's row carries policy='auto''s decisions (the same on every
+    worker) once, with each worker's own rate fit; None for another kvstore."""
+    fits = [{'rate_bits': 9e8, 'method': 'line'}, {'rate_bits': 7e8, 'method': 'line'}]
+    workers = [{'policy': {'rate_bits': 8e8, 'rate_source': 'measured',
+                           'compressed': {'0': True, '1': False}, 'rate_fit': fit}}
+               for fit in fits]
+    got = vcm.cluster.policy_of(workers)
+    assert got == {'rate_bits': 8e8, 'rate_source': 'measured',
+                   'compressed': {'0': True, '1': False}, 'rate_fits': fits}
+    assert vcm.cluster.policy_of([{'policy': None}, {'policy': None}]) is None
+    assert vcm.cluster.policy_of([{}, {}]) is None

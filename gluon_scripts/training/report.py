@@ -51,7 +51,9 @@ def summarize(args, kv, history, log, extra=None):
                'rank': kv.rank, 'num_workers': kv.num_workers, 'epochs': history,
                'final_test_acc': history[-1]['test_acc'] if history else None,
                'total_time': float(sum(e['epoch_time'] for e in history)),
-               'comm_stats': stats}
+               'comm_stats': stats,
+               # policy='auto': the link rate its plans use and its choice per key
+               'policy': kv.policy_decisions() if hasattr(kv, 'policy_decisions') else None}
     if history:
         summary['samples_per_sec'] = float(np.mean([e['samples_per_sec'] for e in history]))
         summary['bytes_per_step'] = {

@@ -1,12 +1,15 @@
 """One worker of the policy='auto' tests: SGD on a few tensors with deterministic
 gradients (each worker and device its own), broadcast initial weights first, and save
 per step whether each key went compressed (kv.plan), the agreed link rate, the
-agreed codec seconds, the byte counters and the final weights. ``--codec-seconds``
+agreed codec seconds, what kv.policy_decisions() reports at the end, the byte counters
+and the final weights; kvstore_ext's log lines (INFO) go to stdout. ``--codec-seconds``
 (one number per rank) makes each worker report that its codecs take that long a step
 through the scheme's ``codec_timer`` hook, instead of timing them."""
 import argparse
 import json
+import logging
 import os
+import sys
 
 import numpy as np
 
@@ -29,6 +32,7 @@ def main():
     parser.add_argument('--codec-seconds', default=None,
                         help='JSON list: the codec seconds each rank reports')
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout)
 
     import mxnet as mx
     import kvstore_ext  # noqa: F401  registers the kvstore types
@@ -61,6 +65,7 @@ def main():
     speeds = getattr(kv.scheme, 'codec_speeds', None)
     info['codec_seconds'] = speeds.measured if speeds is not None else None
     info['stats'] = kv.comm_stats()
+    info['policy'] = kv.policy_decisions()
     np.savez(os.path.join(args.out, 'rank%d.npz' % kv.rank), **weights)
     with open(os.path.join(args.out, 'rank%d.json' % kv.rank), 'w') as f:
         json.dump(info, f)

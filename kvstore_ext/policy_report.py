@@ -1,0 +1,88 @@
+"""policy='auto' made observable: the link rate its plans use and what it chose per key,
+as one log line on rank 0 when it has decided, and as a dict for a run's summary.
+
+Why: 'auto' decides per key from a rate the workers measure and agree on
+(policy.py), and a job that compressed every key could not say whether the codecs
+looked cheap or the agreed rate low: the rate was not recorded anywhere. The summary
+(``kv.policy_decisions()``, written by the training scripts' ``--summary-json`` and by
+bench/cluster_worker.py) carries the agreed rate, this worker's own fit of it (the
+rounds, the line's latency, and the former estimator's bytes over seconds beside it)
+and the choice of every key; the log line says the same in brief, so that a user sees
+what 'auto' did without asking.
+
+When the line is written: decisions are made key by key as each key reaches the step
+the policy (re-)plans at (the first step with a given rate and the shipped table, else
+step 1, then every re-measure); every worker pushes its keys in the same order, so the
+first key of the next step finds them all made. The line is written there, on rank 0,
+once, and again only if a later re-plan changed the rate or a choice.
+"""
+import logging
+import weakref
+
+log = logging.getLogger('kvstore_ext')
+
+SHOWN_KEYS = 20         # compressed keys named on the log line; the summary has all
+_seen = weakref.WeakKeyDictionary()     # store -> (step noted, what was last logged)
+
+
+def _auto(scheme):
+    return getattr(scheme, 'params', {}).get('policy') == 'auto'
+
+
+def decisions(store):
+    """{'rate_bits' (what the plans use, 0: not agreed yet), 'rate_source' ('given',
+    'measured' or 'not agreed'), 'link_rate_given', 'codec_times', 'rate_fit' (this
+    worker's own policy.RateFit as a dict, None without a measured rate),
+    'compressed': {key as str: bool} of the keys planned so far}; None unless the
+    store's scheme runs policy='auto'."""
+    scheme = store.scheme
+    if not _auto(scheme):
+        return None
+    given = float(scheme.params['link_rate'])
+    agreed = float(scheme.agreed_rate)
+    fit = scheme.link_meter.last if scheme.link_meter is not None else None
+    return {'rate_bits': given or agreed,
+            'rate_source': 'given' if given else ('measured' if agreed > 0 else 'not agreed'),
+            'link_rate_given': given, 'codec_times': scheme.params['codec_times'],
+            'rate_fit': fit.as_dict() if fit is not None else None,
+            'compressed': {str(k): not s.codec.passthrough
+                           for k, s in store._keys.items() if s.codec is not None}}
+
+
+def line(found):
+    """The log line of ``decisions``."""
+    compressed = [k for k, v in found['compressed'].items() if v]
+    names = ', '.join(compressed[:SHOWN_KEYS]) + (', ...' if compressed[SHOWN_KEYS:] else '')
+    fit = found['rate_fit']
+    how = found['rate_source']
+    if fit is not None:
+        how += ' (rank 0: %s over %d rounds%s; bytes/seconds %.0f Mbit/s)' % (
+            fit['method'], fit['rounds'],
+            '' if fit['latency_s'] is None else ', latency %.2f ms' % (1e3 * fit['latency_s']),
+            fit['mean_bits'] / 1e6)
+    return ("policy='auto': link rate %.0f Mbit/s, %s, codec times %s: %d of %d keys "
+            "compressed%s" % (found['rate_bits'] / 1e6, how, found['codec_times'],
+                              len(compressed), len(found['compressed']),
+                              ': ' + names if compressed else ''))
+
+
+def _decided_at(scheme, step):
+    """True if the policy's choices are made at ``step`` (a key's step count)."""
+    if step == 0:
+        return not scheme.policy_replans_at(1)
+    return scheme.policy_replans_at(step)
+
+
+def note(store, step):
+    """Called by the store after a key is planned for ``step``: on rank 0, the first
+    key of the step after a decision step writes the line (module docstring)."""
+    if step == 0 or store.rank != 0 or not _auto(store.scheme):
+        return
+    seen = _seen.get(store)
+    if (seen is not None and seen[0] == step) or not _decided_at(store.scheme, step - 1):
+        return
+    found = decisions(store)
+    shown = (found['rate_bits'], found['compressed'])
+    _seen[store] = (step, shown)
+    if found['rate_bits'] > 0 and (seen is None or seen[1] != shown):
+        log.info(line(found))
