@@ -39,6 +39,7 @@ def worker(args):
     """Runs inside each worker: time ``args.steps`` steps, write rank 0's numbers."""
     import mxnet as mx
     import kvstore_ext  # noqa: F401
+    from kvstore_ext.transport_calibrate import job_cpu_seconds
     sys.path.insert(0, HERE)
     from wire_bytes import model_shapes
     shapes = list(model_shapes(args.model).values())
@@ -67,29 +68,6 @@ def worker(args):
         with open(args.out, 'w') as f:
             json.dump({'times': times[args.warmup:], 'cpu_s_per_step': cpu,
                        'stats': kv.comm_stats() if hasattr(kv, 'comm_stats') else None}, f)
-
-
-def job_cpu_seconds():
-    """{role: CPU seconds (user + system, all threads) of this job's nodes of that
-    role so far}, read from /proc: the nodes run on this host, and with fewer cores
-    than nodes the CPU a step costs, not its latency, is what sets the wall time.
-    A node is this job's if it has this process's DMLC_PS_ROOT_PORT."""
-    port = ('DMLC_PS_ROOT_PORT=%s' % os.environ.get('DMLC_PS_ROOT_PORT')).encode()
-    tick = os.sysconf('SC_CLK_TCK')
-    totals = {}
-    for pid in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            with open('/proc/%s/environ' % pid, 'rb') as f:
-                env = f.read().split(b'\0')
-            with open('/proc/%s/stat' % pid) as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-        except OSError:         # gone, or not ours to read
-            continue
-        role = [e[len(b'DMLC_ROLE='):].decode() for e in env if e.startswith(b'DMLC_ROLE=')]
-        if role and port in env:
-            totals[role[0]] = totals.get(role[0], 0.0) + \
-                (int(fields[11]) + int(fields[12])) / tick
-    return totals
 
 
 def run(kvstore, params, args, python=sys.executable):
