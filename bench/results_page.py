@@ -837,18 +837,19 @@ def section_real_models():
         'ResNet-50\'s many keys pipeline; its float32 rows are over-predicted (%s), and '
         'the transport CPU the model adds after the transfer (serial by default: towards '
         'slow) is %.0f ms a step of that (docs/COST_MODEL.md, "Validation on the emulated '
-        'cluster"). The compressing rows are over-predicted %.1f-%.1fx: their codecs were '
-        'calibrated at a load average of %s on this machine\'s cores (other jobs running), '
-        'the runs at most %.1f, so the codecs read up to several times slower than in the runs '
-        '(re-calibrate on a quiet machine: remove `bench/results/real_models_calibration.json`'
-        ', then `bench/real_models.py predict`). The extrapolation '
-        'inherits those slow codec speeds (they favour `dist_sync`) and names the fastest '
-        'kvstore whatever its accuracy evidence; `python -m '
+        'cluster"). The compressing rows are predicted at %.2f-%.2f times the measured step '
+        '(within 20%%: %d of %d), with codecs calibrated at a load average of %s on this '
+        'machine\'s cores, the runs at most %.1f as each started (a busy machine reads the '
+        'codecs slow: re-calibrate by removing `bench/results/real_models_calibration.json`, '
+        'then `bench/real_models.py predict`). The extrapolation uses the same codec speeds '
+        '(one CPU thread: a GPU\'s encoder would favour compression more) and names the '
+        'fastest kvstore whatever its accuracy evidence; `python -m '
         'kvstore_ext.advise` prints that evidence beside it, and only Hylo\'s default '
         '(homomorphic) mode is shown within 0.5 points of `dist_sync` on every MNIST cell.'
         % (' and '.join('%.2f' % x for x in plain['vgg16']),
            ' and '.join('%.2f' % x for x in plain['resnet50_v1']), 1e3 * moved,
-           packed[0], packed[-1], calibrated, quiet))
+           packed[0], packed[-1], sum(1 for x in packed if 0.8 <= x <= 1.2), len(packed),
+           calibrated, quiet))
     return '\n\n'.join(parts)
 
 
