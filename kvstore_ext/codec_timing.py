@@ -28,14 +28,11 @@ import numpy as np
 
 from . import chunking
 from .cost import signature
+from .cost_calibrate import _best
 
 log = logging.getLogger('kvstore_ext')
 
 REPEATS = 3
-
-
-def _best(seconds):
-    return min(seconds) if seconds else 0.0
 
 
 def measure(codec, workers, chunk_size):

@@ -406,12 +406,12 @@ def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, over
         if spread:
             mine_in = [sum(mine_in) / servers] * servers
             mine_out = [sum(mine_out) / servers] * servers
-        alone = []
+        alone, first = [], len(transfers)     # the step's index of this tensor's first
         for stage, s, u, v in mine:
             waits = stage_of.get(stage - 1, ())
             alone.append(pipeline.Transfer(s, u, v, waits, group=(name, stage)))
-            transfers.append(pipeline.Transfer(s, u, v, [len(transfers) - len(alone) + 1 + i
-                                                         for i in waits], (name, stage)))
+            transfers.append(pipeline.Transfer(s, u, v, [first + i for i in waits],
+                                               (name, stage)))
             server_messages[s] += workers
         t_push = sum(r[3] for r in rounds)
         t_pull = sum(r[4] for r in rounds)

@@ -76,8 +76,8 @@ def _decided_at(scheme, step):
 def note(store, step):
     """Called by the store after a key is planned for ``step``: on rank 0, the first
     key of the step after a decision step writes the line (module docstring)."""
-    if step == 0 or store.rank != 0 or not _auto(store.scheme):
-        return
+    if not _auto(store.scheme) or step == 0 or store.rank != 0:
+        return              # every round of every store passes here: the cheap test first
     seen = _seen.get(store)
     if (seen is not None and seen[0] == step) or not _decided_at(store.scheme, step - 1):
         return
