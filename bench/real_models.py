@@ -238,8 +238,14 @@ def main(argv=None):
     args = parse_args(argv)
     # The one-process stores that calibrate the codecs have no optimizer: their warning
     # that momentum correction stays off is true and beside the point here.
-    logging.getLogger('kvstore_ext').setLevel(logging.ERROR)
-    return args.func(args)
+    # The level is put back: tests run main in their own process.
+    log = logging.getLogger('kvstore_ext')
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return args.func(args)
+    finally:
+        log.setLevel(level)
 
 
 if __name__ == '__main__':

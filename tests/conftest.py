@@ -5,6 +5,7 @@ that no test leaves a scheme, kvstore type or codec registered behind it.
 Nodes are recognised by DMLC_ROLE plus a per-test tag in their environment, so that
 ps-lite jobs of anyone else on the same machine are never touched.
 """
+import logging
 import os
 import signal
 import sys
@@ -56,9 +57,12 @@ def job_env():
     assert not left, 'ps-lite nodes left behind (killed now): %s' % left
 
 
+LOG_LEVEL_AT_START = logging.getLogger('kvstore_ext').level
+
+
 def _registries():
     """The global registries a test may add to, as far as they are imported yet."""
-    found = {}
+    found = {'kvstore_ext log level': {logging.getLogger('kvstore_ext').level}}
     if 'kvstore_ext' in sys.modules:
         from kvstore_ext import codec_list, registry
         found['scheme'] = set(registry.SCHEMES)
@@ -73,12 +77,17 @@ def _registries():
 def registries_left_as_found():
     """A test that registers a scheme, a kvstore type or a codec removes it after itself
     (a fixture): the registries are global, and what one test leaves there shows in the
-    lists of every later test (test_cost_model.py and test_params_doc.py fail on it)."""
+    lists of every later test (test_cost_model.py and test_params_doc.py fail on it).
+    The package logger's level is global too: a bench script's main run in-process that
+    quiets it hides the warnings later tests read from caplog."""
     before = _registries()
     yield
     after = _registries()
     if set(after) != set(before):
         return          # the test imported kvstore_ext (registering its types) or MXNet
+    before.pop('kvstore_ext log level')
+    assert after.pop('kvstore_ext log level') == {LOG_LEVEL_AT_START}, \
+        "the 'kvstore_ext' logger's level was left changed by this test or its fixtures"
     left = ['%s %r' % (kind, name) for kind in sorted(after)
             for name in sorted(after[kind] - before[kind], key=repr)]
     assert not left, 'left registered by this test: %s' % ', '.join(left)
