@@ -198,7 +198,7 @@ def transport_of(speeds):
     """The transport CPU constants ``speeds`` carry (cost.TransportCPU), with their
     source, as stored beside the predictions."""
     from kvstore_ext import cost
-    transport = getattr(speeds, 'transport', None) or cost.TransportCPU({})
+    transport = speeds.transport
     return dict({k: getattr(transport, k) for k in cost.TransportCPU.FIELDS},
                 source=transport.source)
 

@@ -202,7 +202,8 @@ def kernels_of(codec):
 
 class KernelSpeeds:
     """Codec seconds from kernel timings ({case: [(elements, seconds)]}), by the
-    kernels a codec runs (``kernels_of``)."""
+    kernels a codec runs (``kernels_of``). Like MeasuredSpeeds, it carries the transport
+    CPU constants (``transport``, a TransportCPU) the model prices keys with."""
 
     def __init__(self, times=None, source=KERNELS_SOURCE, transport=None):
         self.times = KERNEL_TIMES if times is None else times
@@ -245,7 +246,7 @@ class MeasuredSpeeds:
                  transport=None):
         self.measured, self.fallback, self.source = dict(measured), fallback, source
         if transport is None:
-            transport = getattr(fallback, 'transport', None) or TransportCPU()
+            transport = fallback.transport if fallback is not None else TransportCPU()
         self.transport = transport
 
     def codec_seconds(self, codec, workers):
@@ -373,7 +374,7 @@ def step_cost(codecs, workers, servers, link, compute_seconds, speeds=None, over
     if host_cores is not None and not host_cores > 0:
         raise ValueError('host_cores must be above 0, got %r' % (host_cores,))
     speeds = KernelSpeeds() if speeds is None else speeds
-    transport = getattr(speeds, 'transport', None) or TransportCPU({})
+    transport = speeds.transport
     keys = KeyNumbers(servers)
     server_in, server_out = [0] * servers, [0] * servers
     server_busy = [0.0] * servers

@@ -17,12 +17,10 @@ first key of the next step finds them all made. The line is written there, on ra
 once, and again only if a later re-plan changed the rate or a choice.
 """
 import logging
-import weakref
 
 log = logging.getLogger('kvstore_ext')
 
 SHOWN_KEYS = 20         # compressed keys named on the log line; the summary has all
-_seen = weakref.WeakKeyDictionary()     # store -> (step noted, what was last logged)
 
 
 def _auto(scheme):
@@ -73,16 +71,23 @@ def _decided_at(scheme, step):
     return scheme.policy_replans_at(step)
 
 
-def note(store, step):
-    """Called by the store after a key is planned for ``step``: on rank 0, the first
-    key of the step after a decision step writes the line (module docstring)."""
-    if not _auto(store.scheme) or step == 0 or store.rank != 0:
-        return              # every round of every store passes here: the cheap test first
-    seen = _seen.get(store)
-    if (seen is not None and seen[0] == step) or not _decided_at(store.scheme, step - 1):
-        return
-    found = decisions(store)
-    shown = (found['rate_bits'], found['compressed'])
-    _seen[store] = (step, shown)
-    if found['rate_bits'] > 0 and (seen is None or seen[1] != shown):
-        log.info(line(found))
+class PolicyLog:
+    """One store's log line: when it was last considered and what it last said."""
+
+    def __init__(self):
+        self.noted_step = None      # the step the line was last considered at
+        self.shown = None           # (rate, choices) the line last said
+
+    def note(self, store, step):
+        """Called by the store after a key is planned for ``step``: on rank 0, the first
+        key of the step after a decision step writes the line (module docstring)."""
+        if not _auto(store.scheme) or step == 0 or store.rank != 0:
+            return          # every round of every store passes here: the cheap test first
+        if self.noted_step == step or not _decided_at(store.scheme, step - 1):
+            return
+        found = decisions(store)
+        shown = (found['rate_bits'], found['compressed'])
+        self.noted_step = step
+        if found['rate_bits'] > 0 and self.shown != shown:
+            log.info(line(found))
+        self.shown = shown

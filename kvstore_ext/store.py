@@ -72,6 +72,7 @@ class CompressedKVStore(KVStoreBase):
         self._settled = 0           # the last step the scheme settled at (planning.settle)
         self._learning_rate = None  # reads the optimizer's learning rate (follow)
         self._handover = Handover()  # the optimizer's momentum and rate (handover.py)
+        self._policy_log = policy_report.PolicyLog()  # policy='auto''s line (rank 0)
         shutdown.track(self)        # at exit: wait for the engine, report, release
 
     # -- identity -------------------------------------------------------------------
@@ -210,7 +211,7 @@ class CompressedKVStore(KVStoreBase):
             self._scheme.bind(key, values)
         step = self._stats.pushes(key)
         planning.plan_if_due(self, state, step)
-        policy_report.note(self, step)
+        self._policy_log.note(self, step)
         stepping.run(self, state, values, outs, step)
         return state
 
