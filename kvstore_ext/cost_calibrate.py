@@ -7,7 +7,9 @@ tensor of the model's shapes, which runs the codec's encode, the servers' decode
 payload (the one-process transport calls the servers' code) and the worker's decode,
 with the store's own Python work between. The servers' decode of one worker's payload
 is timed on its own (``aggregate.decode_sum``) and taken out of the worker's share, so
-that the model can count it once per worker at the servers.
+that the model can count it once per worker at the servers. policy='auto' times its
+candidates inside a job without a store (codec_timing.py), the same way but for that
+Python.
 
 Limits (docs/COST_MODEL.md): one worker, so a codec whose parameters depend on the
 number of workers (the homomorphic digits per word, an agreement round from 8 workers)
