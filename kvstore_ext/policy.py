@@ -42,19 +42,29 @@ seconds) and agreed by one Sum round (``agree_rate``: the mean of the workers' r
 through the scheme's re-plan path (``Scheme.settle``); until then a key goes float32.
 
 The rule prices bytes at the link's rate (latency left out, as both choices pay it),
-so the meter must measure the link, not the round trips. A model's keys are mostly
-small (biases, norms, small convs): each of their rounds is a round trip and a few
-bytes, so total bytes over total seconds was an effective rate far below the link's
-(at fast links several times), and compressing looked good on paper. ``fit_rate``
-fits seconds = a + bytes / B over the rounds (least squares): the small rounds fix the
-latency a, the large ones the slope, and B is the link's rate. Delays only add (a
-key's first round may wait for the backward pass or the other workers), so of rounds of
-one size the fastest is used. A line that cannot be trusted (one size only, a slope or
-a latency that is not positive: noise, or no round large enough to see the link) falls
-back to the bytes-weighted rate through the origin, sum(b^2) / sum(b * s), which the
-largest rounds lead: still a lower bound of the link, not dominated by the small keys.
-The fit, and the former bytes over seconds beside it, are reported with the decisions
-(policy_report.py: one log line on rank 0, ``kv.policy_decisions()``).
+so the meter must measure the link, not the round trips nor the workers' share of it.
+Two things stand between a round's seconds and the link:
+
+* **The round's bytes are not the link's.** A worker pushes and pulls ``b`` bytes, but
+  the server's link takes every worker's push, then sends every worker's pull: the
+  cost model's one key alone (``cost.cost(...).alone_seconds`` at 1 byte/s). So each
+  round is filed under those link bytes (``round_link_bytes``), and the fitted slope
+  is the rate the model's links have: with each worker's bytes, 2 workers and 1 server
+  read about half the link.
+* **Small keys are round trips, and some rounds wait.** Total bytes over total seconds
+  is an effective rate far below the link's (at fast links several times), which made
+  compressing look good on paper. ``fit_rate`` fits seconds = a + bytes / B: the small
+  rounds fix the latency a, the large ones the slope. Delays only add (a key's first
+  round may wait for the other workers, a first large message for buffers), so of
+  rounds of one size the fastest is used, and the line is Theil-Sen's (the median of
+  the pairwise slopes, then the median intercept): one late round of the largest size
+  (measured: 104 ms where its neighbours took 3) would tilt a least-squares line by
+  its leverage, not a median. A line that cannot be trusted (one size only, a slope or
+  a latency that is not positive) falls back to the bytes-weighted rate through the
+  origin, sum(b^2) / sum(b * s): a lower bound of the link, led by the largest rounds.
+
+The fit, its rounds and the plain bytes over seconds beside it are reported with the
+decisions (policy_report.py: one log line on rank 0, ``kv.policy_decisions()``).
 """
 import os
 import time
@@ -112,22 +122,33 @@ class RateFit:
     """What ``fit_rate`` found: ``rate_bits`` (bits/s, 0 if nothing was timed), the
     line's ``latency_s`` (its intercept; None when no line was fitted), ``method``
     ('line', 'bytes-weighted' or 'none'), the ``rounds`` timed and ``mean_bits``: total
-    bytes over total seconds of the same rounds (the former estimator, kept to compare)."""
+    bytes over total seconds of the same rounds (the former estimator, kept to compare);
+    ``points``: the [bytes, seconds] of the rounds, to check the fit against."""
 
-    def __init__(self, rate_bits, latency_s, method, rounds, mean_bits):
+    def __init__(self, rate_bits, latency_s, method, rounds, mean_bits, points=()):
         self.rate_bits, self.latency_s, self.method = rate_bits, latency_s, method
         self.rounds, self.mean_bits = rounds, mean_bits
+        self.points = [[int(b), float(t)] for b, t in points]
 
     def as_dict(self):
         return {'rate_bits': self.rate_bits, 'latency_s': self.latency_s,
-                'method': self.method, 'rounds': self.rounds, 'mean_bits': self.mean_bits}
+                'method': self.method, 'rounds': self.rounds, 'mean_bits': self.mean_bits,
+                'points': self.points}
+
+
+def theil_sen(x, y):
+    """(slope, intercept) of the line through (x, y) that one far point cannot move: the
+    median of the slopes between every two points, then the median of y - slope * x."""
+    i, j = np.triu_indices(len(x), 1)
+    slope = float(np.median((y[j] - y[i]) / (x[j] - x[i])))
+    return slope, float(np.median(y - slope * x))
 
 
 def fit_rate(points):
-    """The link's rate from timed rounds ``points`` [(bytes, seconds)] (module docstring,
-    "The rate"): the fastest round of each size, a least-squares line seconds = a +
-    bytes / B through them; if the line is degenerate (fewer than two sizes, a slope or
-    an intercept that is not positive), the bytes-weighted rate through the origin,
+    """The link's rate from timed rounds ``points`` [(link bytes, seconds)] (module
+    docstring): the fastest round of each size, a Theil-Sen line seconds = a + bytes / B
+    through them; if the line is degenerate (fewer than two sizes, a slope or an
+    intercept that is not positive), the bytes-weighted rate through the origin,
     sum(bytes^2) / sum(bytes * seconds)."""
     points = [(float(b), float(s)) for b, s in points if b > 0 and s > 0]
     if not points:
@@ -139,15 +160,35 @@ def fit_rate(points):
     x = np.array(sorted(fastest), dtype=np.float64)
     y = np.array([fastest[b] for b in x], dtype=np.float64)
     if len(x) >= 2:
-        slope, intercept = np.polyfit(x, y, 1)
+        slope, intercept = theil_sen(x, y)
         if slope > 0 and intercept >= 0:
-            return RateFit(8.0 / slope, float(intercept), 'line', len(points), mean_bits)
+            return RateFit(8.0 / slope, float(intercept), 'line', len(points), mean_bits,
+                           points)
     weighted = 8.0 * float(np.sum(x * x) / np.sum(x * y))
-    return RateFit(weighted, None, 'bytes-weighted', len(points), mean_bits)
+    return RateFit(weighted, None, 'bytes-weighted', len(points), mean_bits, points)
+
+
+def round_link_bytes(shape, workers, servers, chunk_size, pulls=None):
+    """The bytes a round of a float32 tensor of ``shape`` puts through the busier of a
+    server's links, in (every worker's push) then out (every puller's pull), as the cost
+    model's key alone (``alone_seconds`` at 1 byte/s). ``pulls``: how many workers pull
+    (a broadcast: rank 0 pushes, every worker pulls); default every worker pushes and
+    pulls."""
+    from . import cost
+    from .codecs import FP32Codec
+    unit = cost.Link(1.0)
+    both = cost.cost(FP32Codec(shape), workers, servers, unit, cost.KernelSpeeds(),
+                     chunk_size).alone_seconds
+    if pulls is None:
+        return both
+    one = cost.cost(FP32Codec(shape), 1, servers, unit, cost.KernelSpeeds(),
+                    chunk_size).alone_seconds        # one push in, one pull out
+    return one / 2 * (1 + pulls)
 
 
 class LinkMeter:
-    """This worker's measured link rate: the (bytes, seconds) of rounds it timed."""
+    """This worker's measured link rate: the (link bytes, seconds) of rounds it timed
+    (``round_link_bytes``)."""
 
     def __init__(self):
         self.points = []
@@ -197,10 +238,14 @@ def broadcast(store, key, value):
     meter = _meter(store, 0)
     if meter is None:
         return store._transport.broadcast(key, value)
+    value.wait_to_read()        # the clock times the round, not what computes the value
     start = time.perf_counter()
     out = store._transport.broadcast(key, value)
     out.wait_to_read()
-    meter.add(2 * value.size * np.dtype(value.dtype).itemsize, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    meter.add(round_link_bytes(value.shape, store.num_workers, servers(),
+                               store._scheme.params['chunk_size'], pulls=store.num_workers)
+              * np.dtype(value.dtype).itemsize / 4, seconds)
     return out
 
 
@@ -210,9 +255,14 @@ def pushpull_plain(store, state, values, outs, step):
     meter = _meter(store, step)
     if meter is None:
         return store._transport.pushpull_plain(state.key, state.chunks, values, outs)
+    for v in values:            # the clock times the round, not the backward pass
+        v.wait_to_read()
     start = time.perf_counter()
     pushed, pulled = store._transport.pushpull_plain(state.key, state.chunks, values, outs)
     for o in outs:
         o.wait_to_read()
-    meter.add(pushed + pulled, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    meter.add(round_link_bytes(values[0].shape, store.num_workers, servers(),
+                               store._scheme.params['chunk_size'])
+              * np.dtype(values[0].dtype).itemsize / 4, seconds)
     return pushed, pulled

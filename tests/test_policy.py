@@ -167,6 +167,38 @@ def test_link_meter_keeps_each_sizes_fastest_round():
     assert meter.rate_bits() == pytest.approx(1e9, rel=0.15)
 
 
+def test_link_meter_one_late_round_of_the_largest_size_does_not_tilt_the_line():
+    """A round that waited, of a size timed once (the largest key: no faster round of
+    its size to take instead), measured 104 ms where its neighbours took 3 on loopback.
+    It has the most leverage on a least-squares line; the median line (Theil-Sen)
+    keeps the link's rate."""
+    points = latency_bound_rounds(1e9, 1e-3)
+    meter = policy.LinkMeter()
+    for b, s in points:
+        meter.add(b, s)
+    largest = 64 << 20
+    meter.add(largest, 10 * (1e-3 + 8.0 * largest / 1e9))
+    assert meter.rate_bits() == pytest.approx(1e9, rel=0.15)
+    assert meter.last.method == 'line'
+
+
+@pytest.mark.parametrize('workers', [2, 4, 8])
+def test_rounds_are_filed_under_the_bytes_of_the_servers_link(workers):
+    """A worker pushes and pulls b bytes, but one server's link takes every worker's
+    push in, then sends every worker's pull (a broadcast: one push, every worker's
+    pull): what the cost model's links carry, so that the fitted rate is the link's.
+    Rounds timed on such a link give its rate back, not rate / workers."""
+    n, rate = 1 << 18, 1e9
+    assert policy.round_link_bytes((n,), workers, 1, 1 << 20) == 2 * workers * 4 * n
+    assert policy.round_link_bytes((n,), workers, 1, 1 << 20, pulls=workers) == \
+        (1 + workers) * 4 * n
+    meter = policy.LinkMeter()
+    for size in [16, 1000, 30000, 1 << 16, 1 << 18, 1 << 19]:
+        link_bytes = policy.round_link_bytes((size,), workers, 1, 1 << 20)
+        meter.add(link_bytes, 1e-3 + 8.0 * link_bytes / rate)
+    assert meter.rate_bits() == pytest.approx(rate, rel=1e-6)
+
+
 def test_link_meter_degenerate_fits_fall_back_to_the_bytes_weighted_rate():
     """One size, a line that falls with size, or a negative latency: no line; the
     bytes-weighted rate through the origin, sum(b^2) / sum(b s) over the fastest round
