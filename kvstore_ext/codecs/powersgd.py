@@ -115,8 +115,10 @@ class PowerSGDCodec(Codec):
         p_hat = orthonormalise(p)
         # 5. this worker's Q and its own error
         q_part = ndarray.dot(acc, p_hat, transpose_a=True)
-        state.residual.reshape((self.rows, self.cols))[:] = ndarray.linalg.gemm(
-            p_hat, q_part, acc, alpha=-1.0, beta=1.0, transpose_b=True)
+        # (gemm writes the residual in place: no temporary of the matrix's size, and no
+        # copy of it, which cost more than the gemm itself on cnn512's fc1)
+        ndarray.linalg.gemm(p_hat, q_part, acc, alpha=-1.0, beta=1.0, transpose_b=True,
+                            out=state.residual.reshape((self.rows, self.cols)))
         # 6. Q, summed
         q_sum = yield Sum('Q', q_part)
         # 7. the approximation of the sum; the next step's Q
