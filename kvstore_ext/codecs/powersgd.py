@@ -59,6 +59,7 @@ def orthonormalise(a):
 class PowerSGDCodec(Codec):
     name = 'powersgd'
     chunk_by_rows = True     # chunks are rows of the matrix view
+    sums_into = True         # step 7's product goes straight into the output
 
     def __init__(self, shape, rank, seed=0):
         super().__init__(shape)
@@ -123,7 +124,11 @@ class PowerSGDCodec(Codec):
         q_sum = yield Sum('Q', q_part)
         # 7. the approximation of the sum; the next step's Q
         state['Q'] = orthonormalise(q_sum)
-        return ndarray.dot(p_hat, q_sum, transpose_b=True).reshape(self.shape)
+        if state.out is None:
+            return ndarray.dot(p_hat, q_sum, transpose_b=True).reshape(self.shape)
+        ndarray.dot(p_hat, q_sum, transpose_b=True,
+                    out=state.out.reshape((self.rows, self.cols)))
+        return state.out
 
     def wire_words(self, num_workers):
         p, q = self.rows * self.rank, self.cols * self.rank
