@@ -33,8 +33,14 @@ reported too. With ``--naive``, MXNet runs every operator on the calling thread
 (MXNET_ENGINE_TYPE=NaiveEngine): ``codec`` CPU is then the codec's arithmetic itself
 (threaded, it is the Python that dispatches it).
 
+``--ops`` instead runs no job: one process pushpulls random gradients of cnn512's
+shapes through the kvstore (rank 0 of 1: the codecs run, the rounds are free) and
+prints MXNet's operator profile (aggregate statistics), which splits the codec's
+arithmetic by operator.
+
     python bench/powersgd_profile.py --epochs 1 --kvstores dist_sync dist_sync_fp16 \\
         dist_sync_powersgd
+    python bench/powersgd_profile.py --ops --kvstores dist_sync_powersgd
 """
 import argparse
 import json
@@ -152,6 +158,38 @@ def worker(out_dir, skip, argv):
         dump()
 
 
+# -- one process: the operators -------------------------------------------------------
+
+def operator_profile(kvstore, steps=50):
+    """MXNet's aggregate operator table of ``steps`` pushpulls of cnn512's keys."""
+    import numpy as np
+    import mxnet as mx
+    import kvstore_ext  # noqa: F401
+    sys.path.insert(0, os.path.join(REPO, 'gluon_scripts'))
+    import train_mnist
+    net = train_mnist.build_net('cnn512')
+    net.initialize()
+    net(mx.nd.zeros((1, 1, 28, 28)))
+    rng = np.random.default_rng(0)
+    grads = {p.name: mx.nd.array(rng.standard_normal(p.shape).astype(np.float32) * 1e-2)
+             for p in net.collect_params().values()}
+    kv = mx.kv.create(kvstore)
+
+    def run(count):
+        for _ in range(count):
+            for key, grad in grads.items():
+                kv.pushpull(key, grad)
+            mx.nd.waitall()
+    run(5)
+    mx.profiler.set_config(profile_imperative=True, aggregate_stats=True,
+                           filename=os.path.join(tempfile.gettempdir(), 'kvx_ops.json'))
+    mx.profiler.set_state('run')
+    run(steps)
+    mx.profiler.set_state('stop')
+    print('%s, %d steps of cnn512\'s keys in one process:' % (kvstore, steps))
+    print(mx.profiler.dumps(format='table', sort_by='total'))
+
+
 # -- the driver ------------------------------------------------------------------------
 
 def run_job(kvstore, args, out_dir):
@@ -220,10 +258,21 @@ def main():
                    help='NaiveEngine: every operator on the calling thread')
     p.add_argument('--timeout', type=float, default=900.0, help='seconds per job')
     p.add_argument('--json', help='write the summaries here')
+    p.add_argument('--ops', action='store_true',
+                   help='no job: the operator profile of each kvstore in one process')
     p.add_argument('--worker', metavar='DIR', help=argparse.SUPPRESS)
     args, rest = p.parse_known_args()
     if args.worker:
         worker(args.worker, args.skip, rest[1:] if rest[:1] == ['--'] else rest)
+        return
+    if args.ops:
+        for kvstore in args.kvstores:
+            env = dict(os.environ, OMP_NUM_THREADS='1')
+            if args.naive:
+                env['MXNET_ENGINE_TYPE'] = 'NaiveEngine'
+            subprocess.run([sys.executable, '-c', 'import sys; sys.path.insert(0, %r); '
+                            'import powersgd_profile as p; p.operator_profile(%r)'
+                            % (HERE, kvstore)], env=env, check=True)
         return
     results = {'load_average_1min_before': os.getloadavg()[0], 'cores': os.cpu_count(),
                'naive': args.naive, 'runs': {}}
