@@ -1,5 +1,7 @@
-"""Where a training step's time goes, per kvstore: the codec's arithmetic, the store's
-Python, and waiting for rounds, measured inside the workers of a real loopback job.
+"""Where a training step's time goes inside the workers of a loopback job, per kvstore.
+
+The codec's arithmetic, the store's Python and the waits for rounds are measured
+inside the workers of a real job.
 
 Why: ``dist_sync_powersgd`` cost 1.35-1.51x ``dist_sync``'s training time on the short
 cnn512 run (bench/torch_ddp.py) while its arithmetic, timed alone in one process, is a
@@ -267,7 +269,8 @@ def report(kvstore, summary, job_cpu, job_wall):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--kvstores', nargs='+', default=list(KVSTORES))
-    p.add_argument('--epochs', type=int, default=1, help='epochs of 31 steps')
+    p.add_argument('--epochs', type=int, default=1,
+                   help='epochs of 31 steps (a step that spans an evaluation counts it)')
     p.add_argument('--skip', type=int, default=3, help='first steps not counted')
     p.add_argument('--no-waits', action='store_true',
                    help="skip PowerSGD's per-key NaN and void checks (a measurement of "
