@@ -38,10 +38,12 @@ class ChunkState:
     with checkpoints; ``last``: what the last step used, for inspection and tests (not
     saved); ``void``: True for the scratch copy a void step runs on (void_steps.void_step),
     so a step that reads inputs of its own beyond the gradient (dAD's captured rows)
-    can tell that its round is only made for its shape."""
+    can tell that its round is only made for its shape; ``out``: the chunk's part of the
+    output, set for this step by stepping.py for a codec that ``sums_into`` it."""
 
     def __init__(self, residual, arrays, prefix, void=False):
         self.residual = residual
+        self.out = None
         self._arrays, self._prefix = arrays, prefix
         self.last = {}
         self.void = void

@@ -62,6 +62,10 @@ def exchange_step(store, state, grad, step, target=None):
     # writes the sum straight into the output's part (no assembling copy)
     direct = (target is not None and len(state.chunks) > 1
               and all(type(c.codec).step is GatherCodec.step for c in state.chunks))
+    # codecs that compute their sum themselves write it into the output's part
+    into = target is not None and all(c.codec.sums_into for c in state.chunks)
+    for c, cs in zip(state.chunks, state.chunk_states):
+        cs.out = c.view(target) if into else None
 
     def exchange(requests):
         if direct:      # GatherCodec.step yields Gather rounds only
@@ -85,7 +89,8 @@ def exchange_step(store, state, grad, step, target=None):
             parts = drive(steps, exchange)
         except NonFiniteGradientError:
             parts, voided = void_steps.void_step(state, exchange, num_workers, rank), True
-    if direct and not voided:
+    if direct and not voided or into and all(
+            part is cs.out for part, cs in zip(parts, state.chunk_states)):
         return target, traffic[0], traffic[1]
     summed = chunking.assemble(state.chunks, parts, grad.shape, target)
     return summed, traffic[0], traffic[1]

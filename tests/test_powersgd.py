@@ -180,6 +180,91 @@ def test_full_rank_gradient_keeps_the_rest():
     close(value.asnumpy() + residual, grad, rel=1e-5)
 
 
+def test_residual_written_in_place(monkeypatch):
+    """Step 5 writes the new residual straight into the key's residual array (gemm's
+    ``out``): a steady-state step makes no array of the matrix's size to copy over the
+    residual. That copy, through ``NDArray.__setitem__``, cost more than the gemm itself
+    on cnn512's fc1 and was the codec's largest avoidable cost (docs/schemes/powersgd.md,
+    "Where a step's time goes"). The values stay the reference's."""
+    shape, workers = (64, 800), 2
+    codec = PowerSGDCodec(shape, rank=4)
+    states = [ChunkState(mx.nd.zeros(shape), {}, '0.') for _ in range(workers)]
+    residuals = [s.residual for s in states]
+    want = ref.PowerSGDReference(shape, workers, rank=4)
+    copies = []         # shapes of the arrays written by assignment or copied into
+    counting = []
+    setitem, copyto = mx.nd.NDArray.__setitem__, mx.nd.NDArray.copyto
+
+    def counted_setitem(array, key, value):
+        if counting:
+            copies.append(array.shape)
+        return setitem(array, key, value)
+
+    def counted_copyto(array, other):
+        if counting and isinstance(other, mx.nd.NDArray):   # (not to a new array)
+            copies.append(other.shape)
+        return copyto(array, other)
+    monkeypatch.setattr(mx.nd.NDArray, '__setitem__', counted_setitem)
+    monkeypatch.setattr(mx.nd.NDArray, 'copyto', counted_copyto)
+    rng = np.random.default_rng(6)
+    for step in range(3):
+        grads = [low_rank_plus_noise(rng, shape) for _ in range(workers)]
+        arrays = [mx.nd.array(g) for g in grads]
+        steps = [codec.step(a, s, workers, w) for w, (a, s) in enumerate(zip(arrays, states))]
+        counting[:] = [True] if step else []    # (step 0 draws Q: NumPy into an array)
+        answers = [next(s) for s in steps]
+        try:
+            while True:
+                total = answers[0].array + answers[1].array
+                answers = [s.send(total) for s in steps]
+        except StopIteration as done:
+            out = done.value.asnumpy()
+        for s in steps[1:]:
+            with pytest.raises(StopIteration):
+                s.send(total)
+        counting[:] = []
+        assert copies == [], 'the step copied arrays of shapes %s' % copies
+        close(out, want.step(grads))
+        for w, s in enumerate(states):
+            assert s.residual is residuals[w]
+            close(s.residual.asnumpy(), want.residual(w))
+
+
+@pytest.mark.parametrize('shape, chunk_size', [((64, 32, 5, 5), 1 << 20), ((600, 2000), 4096)])
+def test_sum_written_into_the_output(monkeypatch, shape, chunk_size):
+    """A store's pushpull of a PowerSGD key: step 7's product goes straight into the
+    output (``Codec.sums_into``), a chunked key's into each chunk's rows, so a steady
+    step copies no array (the copy of the sum into the gradient was 9% of the codec's
+    operator time on cnn512). Outputs and residuals stay the reference's."""
+    kv = _store(chunk_size=chunk_size)
+    chunks = chunking.split(kv.scheme.codec_for(shape, f32), chunk_size)
+    want = ref.PowerSGDReference(shape, 1, bounds=[(c.start, c.stop) for c in chunks])
+    copies = []
+    copyto, setitem = mx.nd.NDArray.copyto, mx.nd.NDArray.__setitem__
+
+    def counted_copyto(array, other):
+        if isinstance(other, mx.nd.NDArray):
+            copies.append(other.shape)
+        return copyto(array, other)
+
+    def counted_setitem(array, key, value):
+        copies.append(array.shape)
+        return setitem(array, key, value)
+    rng = np.random.default_rng(7)
+    for step in range(3):
+        grad = low_rank_plus_noise(rng, shape)
+        value, out = mx.nd.array(grad), mx.nd.zeros(shape)
+        if step:        # (step 0 draws Q: NumPy into an array)
+            monkeypatch.setattr(mx.nd.NDArray, 'copyto', counted_copyto)
+            monkeypatch.setattr(mx.nd.NDArray, '__setitem__', counted_setitem)
+        kv.pushpull('w', value, out=out)
+        monkeypatch.undo()
+        assert copies == [], 'the step copied arrays of shapes %s' % copies
+        close(out.asnumpy(), want.step([grad]))
+        assert np.array_equal(value.asnumpy(), grad)        # the input stays as it was
+        close(kv.key_state('w').residual, want.residual(0))
+
+
 def test_scheme_choices():
     scheme = PowerSGD()
     f = scheme.codec_for

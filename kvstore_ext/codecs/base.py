@@ -41,6 +41,9 @@ class Codec:
     # True if ``step_sent`` reports the ``chunk_layout`` rows a step sent, which DGC's
     # masking zeroes the velocity of (codecs/momentum.py, ``MomentumCorrected``)
     reports_sent = False
+    # True if ``step`` writes its sum into ``state.out`` when the store sets it (the
+    # chunk's part of the output; float32) and returns that array: no copy afterwards
+    sums_into = False
 
     # -- a server-decoded codec declares itself here; defining the class enters it in
     # the codec list (codec_list.py), which the servers and the C++ table's check read

@@ -59,6 +59,7 @@ def orthonormalise(a):
 class PowerSGDCodec(Codec):
     name = 'powersgd'
     chunk_by_rows = True     # chunks are rows of the matrix view
+    sums_into = True         # step 7's product goes straight into the output
 
     def __init__(self, shape, rank, seed=0):
         super().__init__(shape)
@@ -115,13 +116,19 @@ class PowerSGDCodec(Codec):
         p_hat = orthonormalise(p)
         # 5. this worker's Q and its own error
         q_part = ndarray.dot(acc, p_hat, transpose_a=True)
-        state.residual.reshape((self.rows, self.cols))[:] = ndarray.linalg.gemm(
-            p_hat, q_part, acc, alpha=-1.0, beta=1.0, transpose_b=True)
+        # (gemm writes the residual in place: no temporary of the matrix's size, and no
+        # copy of it, which cost more than the gemm itself on cnn512's fc1)
+        ndarray.linalg.gemm(p_hat, q_part, acc, alpha=-1.0, beta=1.0, transpose_b=True,
+                            out=state.residual.reshape((self.rows, self.cols)))
         # 6. Q, summed
         q_sum = yield Sum('Q', q_part)
         # 7. the approximation of the sum; the next step's Q
         state['Q'] = orthonormalise(q_sum)
-        return ndarray.dot(p_hat, q_sum, transpose_b=True).reshape(self.shape)
+        if state.out is None:
+            return ndarray.dot(p_hat, q_sum, transpose_b=True).reshape(self.shape)
+        ndarray.dot(p_hat, q_sum, transpose_b=True,
+                    out=state.out.reshape((self.rows, self.cols)))
+        return state.out
 
     def wire_words(self, num_workers):
         p, q = self.rows * self.rank, self.cols * self.rank
