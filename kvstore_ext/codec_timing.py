@@ -15,13 +15,14 @@ How a codec is timed (``measure``): a random gradient of its chunk's shape, its 
 driven through the one-process transport (transport/local.py: the servers' own decode
 and compressed reply), a first untimed step (a key's first step may run a round the
 steady state does not), then the best of ``REPEATS`` steps; the servers' decode of one
-payload (aggregate.decode_sum) is timed on its own and taken out of the worker's
-share, as cost_calibrate.py does, so the model counts it once per worker at the
-servers. Not through a one-process store as cost_calibrate.py times: inside a job
+payload (aggregate.decode_sum) is timed on its own and taken out of the worker's share,
+as cost_calibrate.py does, so the model counts it once per worker at the servers. Not
+through a one-process store as cost_calibrate.py times: inside a job
 (``DMLC_ROLE=worker``) a new store would join the job's parameter servers, so the codec
-is driven here without one, and the store's own Python per key is not in these times. Synthetic, not the key's first compressed steps: until the workers agree,
-policy='auto' sends a measured-rate key float32, so there is no real encode to time,
-and a codec's speed depends on its shape, not on the values.
+is driven here without one, and the store's own Python per key is not in these times.
+Synthetic, not the key's first compressed steps: until the workers agree, policy='auto'
+sends a measured-rate key float32, so there is no real encode to time, and a codec's
+speed depends on its shape, not on the values.
 """
 import logging
 import time

@@ -122,7 +122,7 @@ class RateFit:
     """What ``fit_rate`` found: ``rate_bits`` (bits/s, 0 if nothing was timed), the
     line's ``latency_s`` (its intercept; None when no line was fitted), ``method``
     ('line', 'bytes-weighted' or 'none'), the ``rounds`` timed and ``mean_bits``: total
-    bytes over total seconds of the same rounds (the former estimator, kept to compare);
+    link bytes over total seconds of the same rounds (no line: kept to compare);
     ``points``: the [bytes, seconds] of the rounds, to check the fit against."""
 
     def __init__(self, rate_bits, latency_s, method, rounds, mean_bits, points=()):
