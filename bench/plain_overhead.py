@@ -12,7 +12,7 @@ base. No model compute; every key of the plugin's kvstores is plain (give them
 
     python bench/plain_overhead.py [--model cnn512 --steps 300]
         [--kvstores local dist_sync_none dist_sync_hylo:policy=auto,link_rate=1e12]
-        [--profile 25]
+        [--profile 25] [--separate-outs]
 
 In one process the plugin is rank 0 of 1 (its local transport) and ``local`` is
 MXNet's; under the launcher (``python -m kvstore_ext.launch -n 1 -s 1 python
@@ -42,15 +42,18 @@ def shapes_of(model):
     return [p.shape for p in net.collect_params().values() if p.grad_req != 'null']
 
 
-def loop(kv, grads, steps):
+def loop(kv, grads, steps, outs=None):
+    """Gluon's calls: each gradient array is its own out; or, with ``outs``, separate
+    outs (as bench/step_time.py)."""
     import mxnet as mx
+    outs = outs or grads
     for _ in range(steps):
         for i, g in enumerate(grads):
-            kv.pushpull(i, g, out=g)        # Gluon: the gradient array is its own out
+            kv.pushpull(i, g, out=outs[i])
     mx.nd.waitall()
 
 
-def measure(spec, shapes, steps, profile):
+def measure(spec, shapes, steps, profile, separate):
     import mxnet as mx
     import kvstore_ext  # noqa: F401
     sys.path.insert(0, HERE)
@@ -60,16 +63,17 @@ def measure(spec, shapes, steps, profile):
     if params:
         kv.set_gradient_compression(params)
     grads = [mx.nd.ones(s) for s in shapes]
+    outs = [mx.nd.zeros(s) for s in shapes] if separate else None
     for i, g in enumerate(grads):
         kv.broadcast(i, g, out=g)
-    loop(kv, grads, 5)                      # plans, re-plans, first allocations
+    loop(kv, grads, 5, outs)                # plans, re-plans, first allocations
     start, start_main = time.process_time(), time.thread_time()
-    loop(kv, grads, steps)
+    loop(kv, grads, steps, outs)
     cpu, main = time.process_time() - start, time.thread_time() - start_main
     if profile:
         prof = cProfile.Profile()
         prof.enable()
-        loop(kv, grads, steps)
+        loop(kv, grads, steps, outs)
         prof.disable()
         print('--- %s: cProfile, %d steps' % (spec, steps))
         pstats.Stats(prof).sort_stats('cumulative').print_stats(profile)
@@ -88,9 +92,11 @@ def main():
                    default=['local', 'dist_sync_none',
                             'dist_sync_hylo:policy=auto,link_rate=1e12'])
     p.add_argument('--profile', type=int, default=0, metavar='N')
+    p.add_argument('--separate-outs', action='store_true',
+                   help='pushpull into other arrays than the gradients (bench/step_time.py)')
     args = p.parse_args()
     shapes = shapes_of(args.model)
-    rows = [(spec, measure(spec, shapes, args.steps, args.profile))
+    rows = [(spec, measure(spec, shapes, args.steps, args.profile, args.separate_outs))
             for spec in args.kvstores]
     if os.environ.get('DMLC_ROLE', 'worker') != 'worker' or \
             int(os.environ.get('DMLC_WORKER_ID', '0')) != 0:

@@ -337,7 +337,7 @@ class PSTransport:
             if route is not None:
                 _after_last_round(route.outs, values)
             route = self._plain_routes[key] = PlainRoute(wires, chunks, values, outs)
-        elif route.ordered:
-            _after_last_round(route.outs, route.ordered)
+        else:
+            route.order()
         route.run(self.kv)
         return route.step_bytes, route.step_bytes

@@ -6,7 +6,9 @@ the store's pushpull runs, every MXNet C API call of this process is counted. Ea
 sum is checked against the NumPy sum of all workers' gradients (seeded by rank, step,
 key), a NaN one worker sends reaches the sum as in dist_sync, the byte counters grow
 by the keys' float32 bytes, and a classic push/pull key returns its last sum.
-Prints 'calls <key> <chunks> <steps> <json of counted calls>' per key.
+One key is pushed from the same array into another each step (separate outs): its
+push is ordered after the last pull by one no-op op a step. Prints 'calls <key>
+<chunks> <steps> <1 if separate outs> <json of counted calls>' per key.
 """
 import argparse
 import collections
@@ -14,7 +16,8 @@ import json
 
 import numpy as np
 
-SHAPES = {'big': (5, 1000), 'bias': (64,)}
+SHAPES = {'big': (5, 1000), 'bias': (64,), 'apart': (3, 700)}
+APART = 'apart'      # pushed from one array into another each step (separate outs)
 PARAMS = {'dist_sync_none': {'chunk_size': 1024},
           'dist_sync_hylo': {'chunk_size': 1024, 'policy': 'auto', 'link_rate': 1e12,
                              'codec_times': 'shipped'}}
@@ -61,6 +64,7 @@ def main():
     kv = mx.kv.create(args.kvstore)
     kv.set_gradient_compression(PARAMS[args.kvstore])
     grads = {k: mx.nd.zeros(s) for k, s in SHAPES.items()}
+    outs = dict(grads, **{APART: mx.nd.zeros(SHAPES[APART])})
     for k, g in grads.items():
         kv.broadcast(k, g, out=g)
     counter = Counter()
@@ -72,10 +76,10 @@ def main():
                 mine[NAN_AT] = np.nan
             grad[:] = mine
             counter.key = key if step >= 2 else None    # after the plan, the first route
-            kv.pushpull(key, grad)
+            kv.pushpull(key, grad, out=outs[key])
             counter.key = None
             expect = sum(gradient(r, step, key) for r in range(kv.num_workers))
-            got = grad.asnumpy()
+            got = outs[key].asnumpy()
             if step == NAN_STEP and key == 'big' and kv.num_workers > 1:
                 if not np.isnan(got[NAN_AT]):
                     raise SystemExit('a NaN sent by rank 1 did not reach the sum')
@@ -102,8 +106,9 @@ def main():
             raise SystemExit('pull after push %d: not the last sum' % step)
     mx.nd.waitall()
     for key in SHAPES:
-        print('calls %s %d %d %s' % (key, len(kv.plan(key).chunks), args.steps - 2,
-                                     json.dumps(dict(counter.calls[key]))), flush=True)
+        print('calls %s %d %d %d %s' % (key, len(kv.plan(key).chunks), args.steps - 2,
+                                        key == APART,
+                                        json.dumps(dict(counter.calls[key]))), flush=True)
     print('rank %d done' % kv.rank, flush=True)
 
 
