@@ -38,6 +38,7 @@ from ..replies import FLOAT32_REPLY, reply_row
 from ..errors import VOID, PayloadError, status_message
 from ..ops import op
 from ..worker_exit import exit_on_uncaught_exception
+from .plain_route import PlainRoute
 from .server import LAST_ROW_WORDS, ServerAggregator
 
 ROW_WIDTH = 1024          # floats per row of a Gather key
@@ -250,7 +251,7 @@ class PSTransport:
         self._keys = KeyNumbers(int(os.environ.get('DMLC_NUM_SERVER', '1')))
         self._params = {}
         self._wires = {}      # (key, chunk, round name) -> wire
-        self._plain_outs = {}  # key -> the arrays its last plain pushpull wrote
+        self._plain_routes = {}  # key -> its plain step's route (the arrays it wrote)
 
     def release(self):
         """Drop the inner native kvstore (kvstore_ext/shutdown.py, at exit, after the
@@ -326,16 +327,17 @@ class PSTransport:
     def pushpull_plain(self, key, chunks, values, outs):
         """Uncompressed: MXNet's own pushpull (it sums devices) of each chunk, on views
         of the arrays, through the chunk's Sum key, in the arrays' dtype (a float64 key
-        sums as in dist_sync)."""
-        traffic = 0
-        dtype = np.dtype(values[0].dtype)
-        last_outs = self._plain_outs.get(key)
-        if last_outs is not None:
-            _after_last_round(last_outs, values)
-        self._plain_outs[key] = list(outs)
-        for index, chunk in enumerate(chunks):
-            wire = self._wire(key, index, 'payload', 'sum', chunk.codec.shape, dtype)
-            self.kv.pushpull(wire.key, [chunk.view(v) for v in values],
-                             out=[chunk.view(o) for o in outs])
-            traffic += wire.step_bytes
-        return traffic, traffic
+        sums as in dist_sync). Views and call arguments are made once per plan and
+        arrays (plain_route.py). Returns (bytes pushed, bytes pulled)."""
+        route = self._plain_routes.get(key)
+        if route is None or not route.matches(chunks, values, outs):
+            dtype = np.dtype(values[0].dtype)
+            wires = [self._wire(key, index, 'payload', 'sum', chunk.codec.shape, dtype)
+                     for index, chunk in enumerate(chunks)]
+            if route is not None:
+                _after_last_round(route.outs, values)
+            route = self._plain_routes[key] = PlainRoute(wires, chunks, values, outs)
+        else:
+            route.order()
+        route.run(self.kv)
+        return route.step_bytes, route.step_bytes

@@ -1,0 +1,96 @@
+"""A plain key's step over ps-lite, made once: MXNet's own pushpull of each chunk, with
+its views and call arguments kept for as long as the key's plan and arrays stay.
+
+Why: a key the scheme leaves uncompressed must cost the worker what it costs in
+``dist_sync``: one native pushpull (docs/DESIGN.md, "The plain path"). Made anew every
+step, its step cost several times that on the worker's thread: two views per chunk
+and array of a key cut into chunks (a reshape and a slice, C API calls each), the
+chunk wires' look-up, the arrays' dtype (another C API call), and MXNet's Python
+wrapper of pushpull, which builds ctypes arrays of keys and handles at every call.
+None of that changes while the plan (its chunks) and the arrays do not, and Gluon
+passes the same gradient arrays every step: so a route holds the views and the
+ready ctypes arguments, and a step is one C call per chunk
+(``MXKVStorePushPull``, what ``KVStore.pushpull`` calls with int keys). Arrays pushed
+that are not the outs (a loop with separate outs) also need their push ordered after
+the last pull (ps._after_last_round): that op's call is made ready too, one
+``MXImperativeInvokeEx`` per value and out a step.
+
+The route holds its arrays (and their views), so their handles stay valid while it
+may call with them; it is replaced when the key is re-planned (new chunks) or called
+with other arrays.
+"""
+from array import array
+import ctypes
+
+
+class PlainRoute:
+    """A plain key's native pushpull per chunk, on views of ``values`` and ``outs``
+    (``wires``: the chunks' Sum wires, one per chunk of ``chunks``)."""
+
+    def __init__(self, wires, chunks, values, outs):
+        from mxnet.base import c_array_buf, c_handle_array, mx_uint
+        self.chunks, self.values, self.outs = chunks, tuple(values), tuple(outs)
+        self.step_bytes = sum(w.step_bytes for w in wires)
+        # pushes of a value that is not one of the outs wait for the last pull
+        # (ps._after_last_round); Gluon's gradients are their own outs: none
+        self.afters, self.scratch = _after_calls(
+            self.outs, [v for v in self.values if not any(v is o for o in self.outs)])
+        self.views = []         # held: the C calls below use their handles
+        self.calls = []
+        for wire, chunk in zip(wires, chunks):
+            vs = [chunk.view(v) for v in self.values]
+            os_ = [chunk.view(o) for o in self.outs]
+            self.views.append((vs, os_))
+            self.calls.append((
+                mx_uint(len(vs)), c_array_buf(ctypes.c_int, array('i', [wire.key] * len(vs))),
+                mx_uint(len(os_)), c_array_buf(ctypes.c_int, array('i', [wire.key] * len(os_))),
+                c_handle_array(vs), c_handle_array(os_), ctypes.c_int(0)))
+
+    def matches(self, chunks, values, outs):
+        """True if a step of ``chunks`` on these very arrays can take this route."""
+        return (chunks is self.chunks and len(values) == len(self.values)
+                and len(outs) == len(self.outs)
+                and all(a is b for a, b in zip(values, self.values))
+                and all(a is b for a, b in zip(outs, self.outs)))
+
+    def order(self):
+        """The step's pushes wait for the last step's pulls into the outs (the no-op
+        ``kvx_after(out, value)`` of ps._after_last_round, its arguments made once)."""
+        from mxnet.base import _LIB, check_call
+        for args in self.afters:
+            check_call(_LIB.MXImperativeInvokeEx(*args))
+
+    def run(self, kv):
+        """One native pushpull per chunk on ``kv`` (MXNet's ``dist_sync``)."""
+        from mxnet.base import _LIB, check_call
+        handle = kv.handle
+        for nv, vkeys, no, okeys, vals, outs, priority in self.calls:
+            check_call(_LIB.MXKVStorePushPull(handle, nv, vkeys, no, okeys, vals, outs,
+                                              priority))
+
+
+def _after_calls(outs, values):
+    """(ready arguments of ``MXImperativeInvokeEx`` for ``kvx_after(out, value)`` of
+    every out and value, the scratch array they write), one scratch output per route:
+    a shared one would order every key's pushes after every other key's. Through
+    MXNet's Python op wrapper the call cost the thread about 60 us, ready about 18."""
+    if not values:
+        return [], None
+    from mxnet import ndarray
+    from mxnet.base import NDArrayHandle, _LIB, c_handle_array, c_str, check_call
+    from ..ops import op
+    op('kvx_after')                         # the library is loaded, the op registered
+    creator = ctypes.c_void_p()
+    check_call(_LIB.NNGetOpHandle(c_str('kvx_after'), ctypes.byref(creator)))
+    scratch = ndarray.zeros((1,), dtype='float32')
+    calls = []
+    for out in outs:
+        for value in values:
+            inputs = c_handle_array([out, value])
+            outputs = ctypes.cast(c_handle_array([scratch]), ctypes.POINTER(NDArrayHandle))
+            count, stypes = ctypes.c_int(1), ctypes.POINTER(ctypes.c_int)()
+            no_params = (ctypes.c_char_p * 0)()
+            calls.append((creator, ctypes.c_int(2), inputs, ctypes.byref(count),
+                          ctypes.byref(outputs), ctypes.c_int(0), no_params, no_params,
+                          ctypes.byref(stypes)))
+    return calls, scratch
