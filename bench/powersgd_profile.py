@@ -25,9 +25,9 @@ per training step after the first ``--skip`` steps:
 * for kvstore_ext stores: ``codec`` (the codecs' step bodies between rounds),
   ``exchange`` (the transport's pushes and pulls of compressed rounds), ``plain``
   (float32 keys through MXNet's pushpull), ``check_finite`` (the whole-gradient NaN
-  check a multi-round codec runs before its first round: it waits for the key's
-  backward pass), ``round_wait`` (PowerSGD reading the first value of its summed P:
-  it waits for the P round).
+  check a key of several chunks runs before its first round: it waits for the key's
+  backward pass), ``round_wait`` (PowerSGD's finite checks of its summed P and Q:
+  each waits for its round).
   The ``wait`` columns are wall minus the Python thread's CPU of those calls.
 
 The job's CPU (scheduler, servers and workers, from the launcher's children) is
@@ -132,19 +132,19 @@ def instrument(timers):
     timers.wrap(ps.PSTransport, 'exchange', 'exchange')
     timers.wrap(policy, 'pushpull_plain', 'plain')
     timers.wrap(void_steps, 'check_finite', 'check_finite')
-    timers.wrap(powersgd, 'is_void', 'round_wait')
+    timers.wrap(powersgd, 'nonfinite', 'round_wait')
 
 
 def skip_waits():
-    """``--no-waits``: PowerSGD's two per-key waits skipped (the whole-gradient NaN
-    check before round P; the void check of round P's sum), so a step's rounds go out
+    """``--no-waits``: PowerSGD's per-key waits skipped (the whole-gradient NaN
+    check of a chunked key; the finite checks of the summed P and Q), so a step's rounds go out
     without the worker waiting: what any design without per-key waits could gain at
     most. The sums are the same while every gradient is finite; a NaN would not be
     voided, so this is a measurement, never a way to train."""
     from kvstore_ext import void_steps
     from kvstore_ext.codecs import powersgd
     void_steps.check_finite = lambda key, grad: None
-    powersgd.is_void = lambda value: False
+    powersgd.nonfinite = lambda value: False
 
 
 def worker(out_dir, skip, argv, no_waits=False):

@@ -44,6 +44,13 @@ class Codec:
     # True if ``step`` writes its sum into ``state.out`` when the store sets it (the
     # chunk's part of the output; float32) and returns that array: no copy afterwards
     sums_into = False
+    # True if ``step`` finds a NaN/Inf in any worker's gradient from its own summed
+    # rounds, before it changes any state, and then returns ``rounds.void_sum`` with
+    # ``state.last['void']`` set (void_sums.py): the store need not check a one-chunk
+    # key's whole gradient before its first round, a wait for the key's backward pass
+    # (planning.py). PowerSGD: a non-finite value in a worker's M reaches its P = M Q
+    # and so the summed P (codecs/powersgd.py)
+    finds_nonfinite_in_sums = False
 
     # -- a server-decoded codec declares itself here; defining the class enters it in
     # the codec list (codec_list.py), which the servers and the C++ table's check read

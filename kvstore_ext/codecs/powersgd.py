@@ -5,17 +5,25 @@ rounds, with error feedback and a warm-started Q.
 One step of one chunk, a ``rows x cols`` matrix view of the tensor (conv weights
 ``O x (I kh kw)``), numbered as in ``step`` (python/kvx_ref/powersgd.py is the spec):
 
-1. ``M = grad + residual`` (error feedback); the store has checked the gradient for
-   NaN/Inf before the first round (a step of several rounds is checked whole);
+1. ``M = grad + residual`` (error feedback). The gradient is not checked for NaN/Inf
+   first: such a value in row i of any worker's M makes row i of its P non-finite
+   (NaN * x = NaN, Inf * 0 = NaN, Inf * x = +-Inf, even where Q has an all-zero row),
+   and the sum keeps it (step 3). A key of several chunks is still checked whole
+   before its first round (planning.py): a NaN in one chunk voids that chunk's P only;
 2. ``Q`` (cols x r, orthonormal): the previous step's (warm start, chunk state ``'Q'``,
    checkpointed) or, at the first step, a Gaussian drawn from a seed every worker shares;
 3. ``P = M Q``, summed over workers by a ``Sum('P')`` round (the stock server adds);
+   if the summed P holds NaN or Inf anywhere (``kvx_finite_check``: rows x r words),
+   every worker, having the same sum, returns NaN (a void step) with its residual and
+   Q as they were (void_sums.py logs it);
 4. ``P^ = orthonormalise(P)``: every worker holds the same summed P, bit for bit, and
    runs the same deterministic Householder QR on it, so all agree on P^;
 5. ``Q_w = M^T P^``; the residual keeps ``M - P^ Q_w^T``, this worker's own error (the
    part of its M outside the agreed subspace), so the workers' residuals plus the
-   aggregate always add up to the sum of their M;
-6. ``Q = sum_w Q_w`` by a ``Sum('Q')`` round;
+   aggregate always add up to the sum of their M. It is written after step 6, once
+   both sums are known finite;
+6. ``Q = sum_w Q_w`` by a ``Sum('Q')`` round; a non-finite Q (an overflow) voids the
+   step as in step 3, nothing changed yet;
 7. the step returns ``P^ Q^T``, the approximation of the *sum* over workers (every
    codec's step returns the sum; the trainer divides), and keeps
    ``orthonormalise(Q)`` as the next step's Q.
@@ -38,7 +46,8 @@ approximations of halves instead of one of the whole.
 import numpy as np
 
 from .base import Codec
-from ..rounds import Sum, is_void, void_sum
+from ..rounds import Sum, void_sum
+from ..void_sums import nonfinite
 
 MIN_RATIO = 2     # a chunk is compressed only if its rank-r form is this much smaller
 
@@ -60,6 +69,7 @@ class PowerSGDCodec(Codec):
     name = 'powersgd'
     chunk_by_rows = True     # chunks are rows of the matrix view
     sums_into = True         # step 7's product goes straight into the output
+    finds_nonfinite_in_sums = True   # steps 3 and 6 check the summed P and Q whole
 
     def __init__(self, shape, rank, seed=0):
         super().__init__(shape)
@@ -99,29 +109,36 @@ class PowerSGDCodec(Codec):
 
     def step(self, grad, state, num_workers, rank):
         from mxnet import ndarray
-        # 1. error feedback
-        # (no NaN check here: the store checks a multi-round codec's gradient whole
-        # before its first round, store.check_whole, and the residual only ever takes
-        # values of a finite acc)
+        # 1. error feedback (no NaN check of the gradient: a NaN/Inf in any worker's M
+        # reaches the summed P, checked below; the residual only ever takes values of a
+        # step whose sums were finite)
         acc = (grad + state.residual).reshape((self.rows, self.cols))
         # 2. warm start
         q = state.get('Q')
         if q is None:
             q = self.initial_q()
-        # 3. P, summed
+        # 3. P, summed; non-finite (a worker's NaN/Inf, or an overflow): every worker
+        # saw the same sum and stops here, before its residual or Q changes
         p = yield Sum('P', ndarray.dot(acc, q))
-        if is_void(p):            # a worker's NaN (rounds.void): every worker stops here,
-            return void_sum(self.shape)        # before its residual or Q changes
+        state.last['void'] = nonfinite(p)
+        if state.last['void']:
+            return void_sum(self.shape)
         # 4. the same orthonormal P^ on every worker
         p_hat = orthonormalise(p)
-        # 5. this worker's Q and its own error
+        # 5. this worker's Q (its error goes into the residual after step 6)
         q_part = ndarray.dot(acc, p_hat, transpose_a=True)
-        # (gemm writes the residual in place: no temporary of the matrix's size, and no
-        # copy of it, which cost more than the gemm itself on cnn512's fc1)
+        # 6. Q, summed; non-finite (an overflow): every worker stops here too. (A copy
+        # is pushed: MXNet's dist kvstore pulls a CPU key's sum into the very array
+        # pushed last, and the residual below needs this worker's own Q_w)
+        q_sum = yield Sum('Q', q_part.copy())
+        state.last['void'] = nonfinite(q_sum)
+        if state.last['void']:
+            return void_sum(self.shape)
+        # 5, finished: this worker's own error, both sums being finite (gemm writes the
+        # residual in place: no temporary of the matrix's size, and no copy of it,
+        # which cost more than the gemm itself on cnn512's fc1)
         ndarray.linalg.gemm(p_hat, q_part, acc, alpha=-1.0, beta=1.0, transpose_b=True,
                             out=state.residual.reshape((self.rows, self.cols)))
-        # 6. Q, summed
-        q_sum = yield Sum('Q', q_part)
         # 7. the approximation of the sum; the next step's Q
         state['Q'] = orthonormalise(q_sum)
         if state.out is None:
