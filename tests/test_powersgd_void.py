@@ -119,9 +119,12 @@ def test_overflowing_p_voids_instead_of_corrupting(caplog):
     close(kv.key_state('w').residual, want.residual(0))
 
 
-def test_nan_warns_naming_this_worker(caplog):
-    """One worker, a NaN in the last row: the step is void, the residual and Q stay,
-    and the warning names the key and this worker's rank."""
+def test_nan_found_in_the_sums_warns_naming_this_worker(caplog, monkeypatch):
+    """One worker, a NaN in the last row: found in the sums, not by a whole-gradient
+    check (none runs), the step is void, the residual and Q stay, and the warning names
+    the key and this worker's rank."""
+    calls = []
+    monkeypatch.setattr(void_steps, 'check_finite', lambda key, grad: calls.append(key))
     kv = _store(rank=4)
     rng = np.random.default_rng(13)
     kv.pushpull('w', mx.nd.array(low_rank_plus_noise(rng, SHAPE)))
@@ -137,6 +140,7 @@ def test_nan_warns_naming_this_worker(caplog):
     assert np.array_equal(after.chunks[0]['Q'], before.chunks[0]['Q'])
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "key 'w'" in warnings[0] and '(rank 0)' in warnings[0]
+    assert calls == []
 
 
 def test_whole_gradient_checked_only_when_chunked(monkeypatch):
@@ -185,7 +189,6 @@ def test_dist_nonfinite_voids_every_worker(tmp_path, job_env):
             for w, run in enumerate(runs):
                 close(run['res/%s/%d' % (key, step)], want.residual(w), rel=1e-4)
         for w, (run, info) in enumerate(zip(runs, infos)):
-            assert info['modes'][key] == 'sums'
             assert not run['q/%s/0' % key][job.ZERO_COL].any()  # Q's zero row
             assert np.isnan(run['out/%s/1' % key]).all(), (key, w)
             for name in ('res', 'q'):
@@ -199,3 +202,5 @@ def test_dist_nonfinite_voids_every_worker(tmp_path, job_env):
                 assert warned == [], (key, w, warned)
                 assert any(level == 'INFO' and "key '%s'" % key in m
                            for level, m in info['logs']), (key, w)
+    for info in infos:
+        assert set(info['modes'].values()) == {'sums'}
