@@ -45,8 +45,7 @@ class KeyPlan:
     ``'unchecked'`` (the codec keeps no state: it reaches the sum), ``'encoder'`` (the
     encoder finds it before anything is sent; the whole tensor is checked at step 0),
     ``'checked'`` (the whole tensor is checked before every step: several chunks or
-    rounds), ``'sums'`` (the codec finds it in its summed rounds before changing any
-    state: PowerSGD's P and Q, one chunk), ``'deferred'`` (pushed without waiting; the encoders' statuses are read
+    rounds), ``'deferred'`` (pushed without waiting; the encoders' statuses are read
     at the key's next step)."""
 
     key: Any
@@ -98,8 +97,6 @@ def _mode(record):
         return 'plain'
     if record.deferred:
         return 'deferred'
-    if record.sums_checked:
-        return 'sums'
     if record.check_whole is None:
         return 'unchecked'
     return 'checked' if record.check_whole else 'encoder'

@@ -25,7 +25,6 @@ class KeyRecord:
         self.plain = False
         self.agreed = False         # its fingerprint was compared (agree)
         self.check_whole = None     # when a NaN is looked for before encoding (plan)
-        self.sums_checked = False   # the codec finds a NaN in its sums instead (plan)
         self.deferred = False       # encoders' statuses read at the next step (plan)
         self.pending = None         # the last deferred step's statuses (void_steps.resolve)
         self.flush = None           # a residual a re-plan left over: sent with the next step
@@ -126,14 +125,10 @@ def plan(store, state, step):
     if state.residual is not None or codec.state_shapes():
         state.check_whole = (len(state.chunks) > 1
                              or len(codec.wire_words(num_workers)) > 1)
-    # ... unless the codec finds a NaN in its own sums, before it changes any state
-    # (Codec.finds_nonfinite_in_sums, void_sums.py): one chunk needs no check
-    state.sums_checked = codec.finds_nonfinite_in_sums and len(state.chunks) == 1
-    if state.sums_checked:
-        state.check_whole = None
     # ... unless its encoders' statuses can wait (void_steps.deferred_step)
     state.deferred = (codec.deferred_checks
-                      and len(codec.wire_words(num_workers)) == 1)
+                      and (len(codec.wire_words(num_workers)) == 1
+                           or codec.voids_in_engine))
     state.chunk_states = memory.chunk_states(
         state.key, state.chunks, state.residual,
         keep=previous is None or previous.kind() == codec.kind(),

@@ -14,7 +14,7 @@ from . import chunking, policy
 from .codecs.base import GatherCodec
 from .errors import NonFiniteGradientError
 from .rounds import drive
-from . import void_steps, void_sums
+from . import void_steps
 
 
 def copy_into(src, dst):
@@ -87,8 +87,6 @@ def exchange_step(store, state, grad, step, target=None):
             steps = [c.codec.step(c.view(grad), cs, num_workers, rank)
                      for c, cs in zip(state.chunks, state.chunk_states)]
             parts = drive(steps, exchange)
-            if state.chunks[0].codec.finds_nonfinite_in_sums:
-                void_sums.report(state, grad, rank)     # a void sum: say whose NaN
         except NonFiniteGradientError:
             parts, voided = void_steps.void_step(state, exchange, num_workers, rank), True
     if direct and not voided or into and all(

@@ -1,21 +1,24 @@
-"""dist_sync_powersgd finds a NaN/Inf from its own summed rounds (void_sums.py).
+"""dist_sync_powersgd voids a step on MXNet's engine, without waiting (codecs/powersgd.py,
+"A NaN or Inf, without waiting").
 
-A one-chunk PowerSGD key is not checked whole before round P (that check waited for
-the key's backward pass); the codec checks all of the summed P, and the summed Q before
-the residual is written, so a non-finite value in any worker's gradient, or a sum that
-overflows, voids the step on every worker and leaves every residual and Q as it was.
-Why the summed P suffices: a NaN/Inf in row i of a worker's M makes row i of its
-P = M Q non-finite under IEEE arithmetic, also where Q has an all-zero row (a column of
-M that is always zero gives one) and for Inf, not only NaN; the tests check that MXNet's
-``dot`` keeps it, through the codec.
+No host read waits for a key's backward pass or round trip: the store checks no
+gradient before round P, and the codec finds a worker's NaN/Inf in the summed P and Q
+(all of each, an overflow too) on the engine, where it keeps the residual and Q and
+makes the result NaN. Why the summed P suffices: a NaN/Inf in row i of a worker's M
+makes row i of its P = M Q non-finite under IEEE arithmetic, also where Q has an
+all-zero row (a column of M that is always zero gives one) and for Inf, not only NaN;
+the tests check that MXNet's ``dot`` keeps it, through the codec. Whether this
+worker's gradient was finite is a status the store reads at the key's next step.
 
 * Two workers simulated in one process: NaN, Inf and -Inf in the first, middle and
   last row, on a column whose Q row is zero or not, void the step on both workers,
-  residuals and Q unchanged; the next step is the reference's without the void one.
+  residuals and Q unchanged, the status naming the worker; the next step is the
+  reference's without the void one.
 * One process through the store: a finite gradient whose P overflows voids the step
   instead of spreading NaN into Q and the residual (and warns of no NaN on this
-  worker); a NaN warns naming this worker's rank; a one-chunk key's plan says
-  ``'sums'`` and the store never checks its whole gradient, a chunked key's still is.
+  worker); a NaN warns naming this worker's rank; no key is checked whole and no step
+  waits (the keys' plans say ``'deferred'``); a NaN in one chunk of a chunked key voids
+  every chunk.
 * A real ps-lite job (2 workers, 1 server): every case void on both workers, state
   unchanged, the warning naming the right rank on that worker only.
 """
@@ -29,7 +32,8 @@ import mxnet as mx
 from kvx_ref import powersgd as ref
 
 import kvstore_ext  # noqa: F401
-from kvstore_ext import void_steps
+from kvstore_ext import chunking, void_steps
+from kvstore_ext.checks import deferred_checks
 from kvstore_ext.codecs import PowerSGDCodec
 from kvstore_ext.memory import ChunkState
 
@@ -71,10 +75,12 @@ def test_nonfinite_gradient_voids_in_the_sums(row, value, column):
 
     bad = _grads(rng, workers)
     bad[1][ROWS[row], column] = value
-    outs = run_workers(codec, bad, states)
+    with deferred_checks() as statuses:
+        outs = run_workers(codec, bad, states)
+    assert [int(status.asscalar()) for status, _ in statuses] == [0, 1]   # worker 1's
     for w, (out, s) in enumerate(zip(outs, states)):
         assert np.isnan(out.asnumpy()).all(), w
-        assert s.last['void'] is True, w
+        assert s.last['void'].asscalar() == 1, w
         assert np.array_equal(s.residual.asnumpy(), kept[w][0]), w
         assert np.array_equal(s.get('Q').asnumpy(), kept[w][1]), w
 
@@ -82,7 +88,7 @@ def test_nonfinite_gradient_voids_in_the_sums(row, value, column):
     outs = run_workers(codec, grads, states)
     close(outs[0].asnumpy(), want.step(grads))
     for w, s in enumerate(states):
-        assert s.last['void'] is False
+        assert s.last['void'].asscalar() == 0
         close(s.residual.asnumpy(), want.residual(w))
 
 
@@ -103,15 +109,13 @@ def test_overflowing_p_voids_instead_of_corrupting(caplog):
     huge[20] = 3e38 * np.sign(before.chunks[0]['Q'][:, 0])
     assert np.isfinite(huge).all()
     value = mx.nd.array(huge)
-    with caplog.at_level(logging.INFO, logger='kvstore_ext'):
+    with caplog.at_level(logging.WARNING, logger='kvstore_ext'):
         kv.pushpull('w', value)
-    assert np.isnan(value.asnumpy()).all()
-    after = kv.key_state('w')
+        assert np.isnan(value.asnumpy()).all()
+        after = kv.key_state('w')      # reads the step's status
     assert np.array_equal(after.residual, before.residual)
     assert np.array_equal(after.chunks[0]['Q'], before.chunks[0]['Q'])
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert any('non-finite' in r.getMessage() and 'overflowed' in r.getMessage()
-               for r in caplog.records)
+    assert not caplog.records
     grad = low_rank_plus_noise(rng, SHAPE)
     value = mx.nd.array(grad)
     kv.pushpull('w', value)
@@ -134,8 +138,9 @@ def test_nan_found_in_the_sums_warns_naming_this_worker(caplog, monkeypatch):
     value = mx.nd.array(grad)
     with caplog.at_level(logging.WARNING, logger='kvstore_ext'):
         kv.pushpull('w', value)
-    assert np.isnan(value.asnumpy()).all()
-    after = kv.key_state('w')
+        assert np.isnan(value.asnumpy()).all()
+        assert not caplog.records     # the status is read later, not waited for
+        after = kv.key_state('w')     # reads it
     assert np.array_equal(after.residual, before.residual)
     assert np.array_equal(after.chunks[0]['Q'], before.chunks[0]['Q'])
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -143,11 +148,11 @@ def test_nan_found_in_the_sums_warns_naming_this_worker(caplog, monkeypatch):
     assert calls == []
 
 
-def test_whole_gradient_checked_only_when_chunked(monkeypatch):
-    """A one-chunk key's plan is ``'sums'`` and the store never calls
-    void_steps.check_finite on it (the wait for its backward pass); a key cut into
-    chunks is still checked whole at every step (a NaN in one chunk's rows would void
-    only that chunk's P)."""
+def test_no_key_waits_and_a_nan_in_one_chunk_voids_every_chunk(monkeypatch, caplog):
+    """Neither a one-chunk key nor a key cut into chunks is checked whole on the host
+    (void_steps.check_finite: the wait for the key's backward pass); both plans say
+    ``'deferred'``. A NaN in the last chunk of the chunked key voids all three chunks:
+    the whole result is NaN, every chunk's residual and Q stay, one warning."""
     calls = []
     check = void_steps.check_finite
 
@@ -162,9 +167,51 @@ def test_whole_gradient_checked_only_when_chunked(monkeypatch):
         for key, shape in shapes.items():
             kv.pushpull(key, mx.nd.array(low_rank_plus_noise(rng, shape)))
     assert len(kv.plan('one').chunks) == 1 and len(kv.plan('chunked').chunks) == 3
-    assert kv.plan('one').mode == 'sums'
-    assert kv.plan('chunked').mode == 'checked'
-    assert calls == ['chunked'] * 3
+    assert kv.plan('one').mode == kv.plan('chunked').mode == 'deferred'
+    assert calls == []
+    before = kv.key_state('chunked')
+    grad = low_rank_plus_noise(rng, shapes['chunked'])
+    grad[-1, -1] = np.nan
+    value = mx.nd.array(grad)
+    with caplog.at_level(logging.WARNING, logger='kvstore_ext'):
+        kv.pushpull('chunked', value)
+        assert np.isnan(value.asnumpy()).all()
+        after = kv.key_state('chunked')
+    assert np.array_equal(after.residual, before.residual)
+    for a, b in zip(after.chunks, before.chunks):
+        assert np.array_equal(a['Q'], b['Q'])
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+    assert calls == []
+
+
+@pytest.mark.parametrize('shape, chunk_size', [((96, 400), 1 << 20), ((600, 2000), 4096)])
+def test_a_step_reads_nothing_on_the_host(monkeypatch, shape, chunk_size):
+    """A steady step of a PowerSGD key, one chunk or several, reads no array on the host
+    (``asnumpy``, ``asscalar``, ``wait_to_read``: each waits for the engine, here for
+    the key's backward pass and its rounds) but the statuses of the key's previous step,
+    long done (void_steps.resolve). Its result is still the reference's."""
+    kv = _store(chunk_size=chunk_size)
+    chunks = chunking.split(kv.scheme.codec_for(shape, f32), chunk_size)
+    want = ref.PowerSGDReference(shape, 1, bounds=[(c.start, c.stop) for c in chunks])
+    rng = np.random.default_rng(15)
+    for _ in range(2):
+        grad = low_rank_plus_noise(rng, shape)
+        kv.pushpull('w', mx.nd.array(grad))
+        want.step([grad])
+    pending = {id(status) for status, _ in kv._keys['w'].pending[1]}
+    assert len(pending) == len(chunks)
+    reads = []
+    for name in ('asnumpy', 'asscalar', 'wait_to_read'):
+        def counted(array, _original=getattr(mx.nd.NDArray, name)):
+            reads.append(id(array))
+            return _original(array)
+        monkeypatch.setattr(mx.nd.NDArray, name, counted)
+    grad = low_rank_plus_noise(rng, shape)
+    value = mx.nd.array(grad)
+    kv.pushpull('w', value)
+    monkeypatch.undo()
+    assert reads and set(reads) <= pending
+    close(value.asnumpy(), want.step([grad]))
 
 
 def test_dist_nonfinite_voids_every_worker(tmp_path, job_env):
@@ -172,7 +219,8 @@ def test_dist_nonfinite_voids_every_worker(tmp_path, job_env):
     (first, middle, last row; NaN, Inf, -Inf; on a column whose Q row is zero) or
     overflows P. Every worker pulls NaN, keeps its residual and Q bit for bit, and
     step 2 is the reference's fed steps 0 and 2. Only the worker whose gradient held
-    the value warns, naming its rank; the overflow warns nowhere."""
+    the value warns, naming its rank; the overflow warns nowhere (no gradient held a
+    NaN; the pulled NaN says the step is void)."""
     workers = 2
     launch(tmp_path, job_env, workers, 1, [job.__file__, '--out', str(tmp_path)],
            timeout=150)
@@ -200,7 +248,5 @@ def test_dist_nonfinite_voids_every_worker(tmp_path, job_env):
                 assert len(warned) == 1 and '(rank %d)' % w in warned[0], (key, w, warned)
             else:
                 assert warned == [], (key, w, warned)
-                assert any(level == 'INFO' and "key '%s'" % key in m
-                           for level, m in info['logs']), (key, w)
     for info in infos:
-        assert set(info['modes'].values()) == {'sums'}
+        assert set(info['modes'].values()) == {'deferred'}

@@ -38,19 +38,17 @@ class Codec:
     # store then pushes without waiting for the encoder and reads its status at the
     # key's next step (store.py)
     deferred_checks = False
+    # True if a step of several rounds may run under deferred checks too: it reads its
+    # round results only on the engine, never on the host, and decides there that a
+    # non-finite sum (a worker's NaN reaches it) voids the step, its state kept
+    # (codecs/powersgd.py)
+    voids_in_engine = False
     # True if ``step_sent`` reports the ``chunk_layout`` rows a step sent, which DGC's
     # masking zeroes the velocity of (codecs/momentum.py, ``MomentumCorrected``)
     reports_sent = False
     # True if ``step`` writes its sum into ``state.out`` when the store sets it (the
     # chunk's part of the output; float32) and returns that array: no copy afterwards
     sums_into = False
-    # True if ``step`` finds a NaN/Inf in any worker's gradient from its own summed
-    # rounds, before it changes any state, and then returns ``rounds.void_sum`` with
-    # ``state.last['void']`` set (void_sums.py): the store need not check a one-chunk
-    # key's whole gradient before its first round, a wait for the key's backward pass
-    # (planning.py). PowerSGD: a non-finite value in a worker's M reaches its P = M Q
-    # and so the summed P (codecs/powersgd.py)
-    finds_nonfinite_in_sums = False
 
     # -- a server-decoded codec declares itself here; defining the class enters it in
     # the codec list (codec_list.py), which the servers and the C++ table's check read
