@@ -25,9 +25,8 @@ per training step after the first ``--skip`` steps:
 * for kvstore_ext stores: ``codec`` (the codecs' step bodies between rounds),
   ``exchange`` (the transport's pushes and pulls of compressed rounds), ``plain``
   (float32 keys through MXNet's pushpull), ``check_finite`` (the whole-gradient NaN
-  check a multi-round codec runs before its first round: it waits for the key's
-  backward pass), ``round_wait`` (PowerSGD reading the first value of its summed P:
-  it waits for the P round).
+  check a key runs before its first round where its codec needs one: it waits for the
+  key's backward pass; PowerSGD's keys run none, codecs/powersgd.py).
   The ``wait`` columns are wall minus the Python thread's CPU of those calls.
 
 The job's CPU (scheduler, servers and workers, from the launcher's children) is
@@ -57,7 +56,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TRAIN = os.path.join(REPO, 'gluon_scripts', 'train_mnist.py')
 KVSTORES = ('dist_sync', 'dist_sync_fp16', 'dist_sync_powersgd')
-TIMERS = ('allreduce', 'sync', 'codec', 'exchange', 'plain', 'check_finite', 'round_wait')
+TIMERS = ('allreduce', 'sync', 'codec', 'exchange', 'plain', 'check_finite')
 
 
 # -- inside a worker -------------------------------------------------------------------
@@ -126,32 +125,16 @@ def instrument(timers):
     loop._sum_and_update = sum_and_update
 
     from kvstore_ext import policy, rounds, void_steps
-    from kvstore_ext.codecs import powersgd
     from kvstore_ext.transport import ps
     timers.wrap(rounds, '_advance', 'codec')
     timers.wrap(ps.PSTransport, 'exchange', 'exchange')
     timers.wrap(policy, 'pushpull_plain', 'plain')
     timers.wrap(void_steps, 'check_finite', 'check_finite')
-    timers.wrap(powersgd, 'is_void', 'round_wait')
 
 
-def skip_waits():
-    """``--no-waits``: PowerSGD's two per-key waits skipped (the whole-gradient NaN
-    check before round P; the void check of round P's sum), so a step's rounds go out
-    without the worker waiting: what any design without per-key waits could gain at
-    most. The sums are the same while every gradient is finite; a NaN would not be
-    voided, so this is a measurement, never a way to train."""
-    from kvstore_ext import void_steps
-    from kvstore_ext.codecs import powersgd
-    void_steps.check_finite = lambda key, grad: None
-    powersgd.is_void = lambda value: False
-
-
-def worker(out_dir, skip, argv, no_waits=False):
+def worker(out_dir, skip, argv):
     import runpy
     timers = Timers()
-    if no_waits:
-        skip_waits()
     instrument(timers)
     rank = os.environ.get('DMLC_WORKER_ID', '0')
 
@@ -218,8 +201,7 @@ def run_job(kvstore, args, out_dir):
              '--seed', '1', '--log-interval', '0']
     cmd = [sys.executable, '-m', 'kvstore_ext.launch', '-n', '4', '-s', '2', '--timeout',
            str(args.timeout), '--', sys.executable, os.path.abspath(__file__), '--worker',
-           out_dir, '--skip', str(args.skip)] + (['--no-waits'] if args.no_waits else []) + [
-               '--'] + train
+           out_dir, '--skip', str(args.skip), '--'] + train
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     with open(os.path.join(out_dir, 'job.log'), 'w') as log:
@@ -272,9 +254,6 @@ def main():
     p.add_argument('--epochs', type=int, default=1,
                    help='epochs of 31 steps (a step that spans an evaluation counts it)')
     p.add_argument('--skip', type=int, default=3, help='first steps not counted')
-    p.add_argument('--no-waits', action='store_true',
-                   help="skip PowerSGD's per-key NaN and void checks (a measurement of "
-                   'what the waits cost; never for training: skip_waits)')
     p.add_argument('--naive', action='store_true',
                    help='NaiveEngine: every operator on the calling thread')
     p.add_argument('--timeout', type=float, default=900.0, help='seconds per job')
@@ -284,8 +263,7 @@ def main():
     p.add_argument('--worker', metavar='DIR', help=argparse.SUPPRESS)
     args, rest = p.parse_known_args()
     if args.worker:
-        worker(args.worker, args.skip, rest[1:] if rest[:1] == ['--'] else rest,
-               args.no_waits)
+        worker(args.worker, args.skip, rest[1:] if rest[:1] == ['--'] else rest)
         return
     if args.ops:
         for kvstore in args.kvstores:
@@ -307,9 +285,8 @@ def main():
                 sys.exit('%s: job exited %d' % (kvstore, code))
             summary = summarise(out_dir)
         summary.update(job_cpu_s=job_cpu, job_wall_s=job_wall)
-        label = kvstore + (' (no waits)' if args.no_waits else '')
-        results['runs'][label] = summary
-        report(label, summary, job_cpu, job_wall)
+        results['runs'][kvstore] = summary
+        report(kvstore, summary, job_cpu, job_wall)
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(results, f, indent=1)

@@ -127,7 +127,8 @@ def plan(store, state, step):
                              or len(codec.wire_words(num_workers)) > 1)
     # ... unless its encoders' statuses can wait (void_steps.deferred_step)
     state.deferred = (codec.deferred_checks
-                      and len(codec.wire_words(num_workers)) == 1)
+                      and (len(codec.wire_words(num_workers)) == 1
+                           or codec.voids_in_engine))
     state.chunk_states = memory.chunk_states(
         state.key, state.chunks, state.residual,
         keep=previous is None or previous.kind() == codec.kind(),

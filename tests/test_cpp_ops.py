@@ -136,6 +136,23 @@ def test_finite_check(ops):
         assert status_of(ops.kvx_finite_check(nd(y))) == wire.NONFINITE
 
 
+@pytest.mark.parametrize('status, copies', [(0.0, True), (1.0, False), (9.0, False),
+                                             (np.nan, False)])
+def test_copy_if_ok(ops, status, copies):
+    """dst takes src only if status is 0 (PowerSGD's residual, kept on a void step);
+    any other status, NaN included, leaves dst bit for bit."""
+    src, dst = make((6, 5), 'randn', 4), make((30,), 'randn', 5)
+    dst_nd = nd(dst)
+    ops.kvx_copy_if_ok(nd(src), dst_nd, nd(np.array([status], np.float32)))
+    assert same_bits(dst_nd.asnumpy(), src.reshape(-1) if copies else dst)
+
+
+def test_copy_if_ok_sizes(ops):
+    with pytest.raises(mx.base.MXNetError, match='kvx_copy_if_ok'):
+        ops.kvx_copy_if_ok(nd(make((4,), 'randn', 1)), nd(make((5,), 'randn', 2)),
+                           nd(np.zeros(1, np.float32))).wait_to_read()
+
+
 # ---- top-k -----------------------------------------------------------------------------
 
 TOPK_SHAPES = [(1, 1), (7,), (10, 3), (16, 8, 3, 3), (64, 3, 5, 5), (3, 20000)]

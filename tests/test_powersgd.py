@@ -243,12 +243,13 @@ def test_sum_written_into_the_output(monkeypatch, shape, chunk_size):
     copyto, setitem = mx.nd.NDArray.copyto, mx.nd.NDArray.__setitem__
 
     def counted_copyto(array, other):
-        if isinstance(other, mx.nd.NDArray):
+        if isinstance(other, mx.nd.NDArray) and other.size > 1:
             copies.append(other.shape)
         return copyto(array, other)
 
     def counted_setitem(array, key, value):
-        copies.append(array.shape)
+        if array.size > 1:      # (a chunked key's first values: void_steps.deferred_step)
+            copies.append(array.shape)
         return setitem(array, key, value)
     rng = np.random.default_rng(7)
     for step in range(3):

@@ -38,6 +38,11 @@ class Codec:
     # store then pushes without waiting for the encoder and reads its status at the
     # key's next step (store.py)
     deferred_checks = False
+    # True if a step of several rounds may run under deferred checks too: it reads its
+    # round results only on the engine, never on the host, and decides there that a
+    # non-finite sum (a worker's NaN reaches it) voids the step, its state kept
+    # (codecs/powersgd.py)
+    voids_in_engine = False
     # True if ``step_sent`` reports the ``chunk_layout`` rows a step sent, which DGC's
     # masking zeroes the velocity of (codecs/momentum.py, ``MomentumCorrected``)
     reports_sent = False

@@ -5,8 +5,7 @@ rounds, with error feedback and a warm-started Q.
 One step of one chunk, a ``rows x cols`` matrix view of the tensor (conv weights
 ``O x (I kh kw)``), numbered as in ``step`` (python/kvx_ref/powersgd.py is the spec):
 
-1. ``M = grad + residual`` (error feedback); the store has checked the gradient for
-   NaN/Inf before the first round (a step of several rounds is checked whole);
+1. ``M = grad + residual`` (error feedback);
 2. ``Q`` (cols x r, orthonormal): the previous step's (warm start, chunk state ``'Q'``,
    checkpointed) or, at the first step, a Gaussian drawn from a seed every worker shares;
 3. ``P = M Q``, summed over workers by a ``Sum('P')`` round (the stock server adds);
@@ -19,6 +18,24 @@ One step of one chunk, a ``rows x cols`` matrix view of the tensor (conv weights
 7. the step returns ``P^ Q^T``, the approximation of the *sum* over workers (every
    codec's step returns the sum; the trainer divides), and keeps
    ``orthonormalise(Q)`` as the next step's Q.
+
+**A NaN or Inf, without waiting.** A step that read anything on the host (a check of the
+gradient before round P, a look at P's first word) would wait there for the key's
+backward pass and its round trip, and each key's rounds would travel one after another;
+the profile of docs/schemes/powersgd.md ("Where a step's time goes") found those waits
+to be half of the step. So nothing is read: the whole step is queued on MXNet's engine,
+and a non-finite value is dealt with there. A NaN or Inf in row i of any worker's M
+makes row i of its P = M Q non-finite (NaN * x = NaN, Inf * 0 = NaN, Inf * x = +-Inf,
+also where Q has an all-zero row), and the sum over workers keeps it; every worker holds
+the same sums, so every worker finds the same: if the summed P or Q holds NaN or Inf
+anywhere (``kvx_finite_check``, a few words: an overflow too), the step is void on every
+worker: its result is NaN, its residual and Q stay as they were (engine ops copy the new
+ones only if the sums were finite: ``kvx_copy_if_ok`` for the residual, ``where`` for
+Q). Whether this worker's gradient was finite is its status (a look on the engine too),
+which the store reads at the key's next step (``deferred_checks``, void_steps.resolve):
+the worker whose gradient it was logs the warning, naming itself. A key of several
+chunks is voided whole: the store makes a NaN in any chunk reach every chunk's P
+(void_steps.deferred_step).
 
 Orthonormalisation is MXNet's ``linalg.gelqf`` (LAPACK's LQ factorisation, Householder)
 of the transpose: one operator, no Python loop over columns, and unlike Gram-Schmidt it
@@ -38,9 +55,30 @@ approximations of halves instead of one of the whole.
 import numpy as np
 
 from .base import Codec
-from ..rounds import Sum, is_void, void_sum
+from ..ops import op
+from ..rounds import Sum
 
 MIN_RATIO = 2     # a chunk is compressed only if its rank-r form is this much smaller
+
+
+def _nonfinite(array):
+    """1.0 if ``array`` holds NaN or Inf, else 0.0: a 1-element array, on the engine."""
+    return op('kvx_finite_check')(array.reshape((-1,)))
+
+
+def _constant(value):
+    """A cached 1-element float32 array holding ``value``."""
+    cache = []
+
+    def get():
+        if not cache:
+            from mxnet import ndarray
+            cache.append(ndarray.full((1,), value, dtype=np.float32))
+        return cache[0]
+    return get
+
+
+_NAN, _ONE = _constant(np.nan), _constant(1.0)
 
 
 def matrix_shape(shape):
@@ -60,6 +98,8 @@ class PowerSGDCodec(Codec):
     name = 'powersgd'
     chunk_by_rows = True     # chunks are rows of the matrix view
     sums_into = True         # step 7's product goes straight into the output
+    deferred_checks = True   # nothing waits on the host: a NaN voids the step on the
+    voids_in_engine = True   # engine, the store reads this worker's status later
 
     def __init__(self, shape, rank, seed=0):
         super().__init__(shape)
@@ -99,31 +139,44 @@ class PowerSGDCodec(Codec):
 
     def step(self, grad, state, num_workers, rank):
         from mxnet import ndarray
+        from ..checks import check_encoded
+        # Nothing here reads a result on the host: the whole step is queued on MXNet's
+        # engine, so the worker goes on to the next key while this one's rounds travel.
+        # A non-finite value decides the step in the engine instead (module docstring,
+        # "A NaN or Inf").
         # 1. error feedback
-        # (no NaN check here: the store checks a multi-round codec's gradient whole
-        # before its first round, store.check_whole, and the residual only ever takes
-        # values of a finite acc)
         acc = (grad + state.residual).reshape((self.rows, self.cols))
         # 2. warm start
         q = state.get('Q')
         if q is None:
             q = self.initial_q()
-        # 3. P, summed
+        # 3. P, summed; whether this worker's gradient was finite is its status (the
+        # store reads it later: check_encoded under deferred_checks)
+        check_encoded(_nonfinite(grad), 'gradient')
         p = yield Sum('P', ndarray.dot(acc, q))
-        if is_void(p):            # a worker's NaN (rounds.void): every worker stops here,
-            return void_sum(self.shape)        # before its residual or Q changes
-        # 4. the same orthonormal P^ on every worker
-        p_hat = orthonormalise(p)
-        # 5. this worker's Q and its own error
+        void = _nonfinite(p)
+        # 4. the same orthonormal P^ on every worker (of zeros if void: LAPACK gets
+        # finite input, and the step's results are discarded below)
+        p_hat = orthonormalise(ndarray.where(void.broadcast_to((self.rows,)),
+                                             ndarray.zeros_like(p), p))
+        # 5. this worker's Q
         q_part = ndarray.dot(acc, p_hat, transpose_a=True)
-        # (gemm writes the residual in place: no temporary of the matrix's size, and no
-        # copy of it, which cost more than the gemm itself on cnn512's fc1)
+        # 6. Q, summed (a copy is pushed: MXNet's dist kvstore pulls a CPU key's sum into
+        # the very array pushed last, and the residual below needs this worker's Q_w)
+        q_sum = yield Sum('Q', q_part.copy())
+        void = ndarray.maximum(void, _nonfinite(q_sum))
+        state.last['void'] = void
+        # 5, finished: this worker's own error M - P^ Q_w^T (gemm in place on acc, a
+        # temporary of this step), copied into the residual unless the step is void
         ndarray.linalg.gemm(p_hat, q_part, acc, alpha=-1.0, beta=1.0, transpose_b=True,
-                            out=state.residual.reshape((self.rows, self.cols)))
-        # 6. Q, summed
-        q_sum = yield Sum('Q', q_part)
-        # 7. the approximation of the sum; the next step's Q
-        state['Q'] = orthonormalise(q_sum)
+                            out=acc)
+        op('kvx_copy_if_ok')(acc, state.residual.reshape((self.rows, self.cols)), void)
+        # 7. the next step's Q (the old one if void); the approximation of the sum,
+        # NaN everywhere if void
+        keep_q = void.broadcast_to((self.cols,))
+        state['Q'] = ndarray.where(keep_q, q, orthonormalise(
+            ndarray.where(keep_q, q, q_sum)))
+        p_hat = ndarray.broadcast_mul(p_hat, ndarray.where(void, _NAN(), _ONE()))
         if state.out is None:
             return ndarray.dot(p_hat, q_sum, transpose_b=True).reshape(self.shape)
         ndarray.dot(p_hat, q_sum, transpose_b=True,
