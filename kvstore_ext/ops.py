@@ -18,3 +18,18 @@ def op(name):
 def shape_attr(shape):
     """MXNet's spelling of a shape attribute, e.g. '(64, 32, 5, 5)'."""
     return '(' + ', '.join(str(int(d)) for d in shape) + (',)' if len(shape) == 1 else ')')
+
+
+_constants = {}
+
+
+def constant(value):
+    """A 1-element float32 array holding ``value``, made once: what engine ops pick
+    by a status, e.g. ``where(status, constant(nan), constant(1))``, so that a codec
+    decides on the engine without reading the status on the host."""
+    key = repr(float(value))        # NaN is not equal to itself
+    if key not in _constants:
+        import numpy as np
+        from mxnet import ndarray
+        _constants[key] = ndarray.full((1,), value, dtype=np.float32)
+    return _constants[key]

@@ -62,10 +62,14 @@ def exchange_step(store, state, grad, step, target=None):
     # writes the sum straight into the output's part (no assembling copy)
     direct = (target is not None and len(state.chunks) > 1
               and all(type(c.codec).step is GatherCodec.step for c in state.chunks))
-    # codecs that compute their sum themselves write it into the output's part
-    into = target is not None and all(c.codec.sums_into for c in state.chunks)
-    for c, cs in zip(state.chunks, state.chunk_states):
-        cs.out = c.view(target) if into else None
+    # codecs that compute their sum themselves write it into the output's part (set,
+    # or cleared, every step: a step without a float32 target must not write into the
+    # last step's)
+    sums_into = state.chunks[0].codec.sums_into
+    into = sums_into and target is not None
+    if sums_into:
+        for c, cs in zip(state.chunks, state.chunk_states):
+            cs.out = c.view(target) if into else None
 
     def exchange(requests):
         if direct:      # GatherCodec.step yields Gather rounds only
@@ -89,8 +93,8 @@ def exchange_step(store, state, grad, step, target=None):
             parts = drive(steps, exchange)
         except NonFiniteGradientError:
             parts, voided = void_steps.void_step(state, exchange, num_workers, rank), True
-    if direct and not voided or into and all(
-            part is cs.out for part, cs in zip(parts, state.chunk_states)):
+    if (direct and not voided) or (into and all(
+            part is cs.out for part, cs in zip(parts, state.chunk_states))):
         return target, traffic[0], traffic[1]
     summed = chunking.assemble(state.chunks, parts, grad.shape, target)
     return summed, traffic[0], traffic[1]

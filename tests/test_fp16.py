@@ -92,6 +92,59 @@ def test_overflow_drains_through_the_residual():
     assert kv.key_state('w').residual[0] == 0
 
 
+@pytest.mark.parametrize('error_feedback', [0, 1])
+@pytest.mark.parametrize('value', [np.nan, np.inf, -np.inf])
+def test_nonfinite_voids_on_the_engine_and_warns_later(caplog, error_feedback, value):
+    """A NaN or +-Inf (which the clip would make finite) in the gradient: the sum is
+    NaN everywhere, the residual stays bit for bit, and the warning naming the key and
+    this worker comes when the status is read (the key's inspection or next step), not
+    during the step; the next finite step equals a store that never saw the bad one."""
+    import logging
+    rng = np.random.default_rng(4)
+    kv, twin = _store(error_feedback=error_feedback), _store(error_feedback=error_feedback)
+    grads = [rng.standard_normal((300, 7)).astype(f32) for _ in range(3)]
+    for g in grads[:2]:
+        kv.pushpull('w', mx.nd.array(g))
+        twin.pushpull('w', mx.nd.array(g))
+    residual = kv.key_state('w').residual
+    bad = grads[2].copy()
+    bad[150, 3] = value
+    out = mx.nd.array(bad)
+    with caplog.at_level(logging.WARNING, logger='kvstore_ext'):
+        kv.pushpull('w', out)
+        assert np.isnan(out.asnumpy()).all()
+        assert not caplog.records
+        state = kv.key_state('w')
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "key 'w'" in warned[0] and '(rank 0)' in warned[0]
+    if error_feedback:
+        assert np.array_equal(state.residual, residual)
+    a, b = mx.nd.array(grads[2]), mx.nd.array(grads[2])
+    kv.pushpull('w', a)
+    twin.pushpull('w', b)
+    assert np.array_equal(a.asnumpy(), b.asnumpy())
+
+
+@pytest.mark.parametrize('error_feedback', [0, 1])
+def test_a_step_reads_nothing_on_the_host(monkeypatch, error_feedback):
+    """A steady step reads no array on the host (each read would wait for the key's
+    backward pass before its push) but the status of the key's previous step."""
+    kv = _store(error_feedback=error_feedback)
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        kv.pushpull('w', mx.nd.array(rng.standard_normal((300, 7)).astype(f32)))
+    pending = {id(status) for status, _ in kv._keys['w'].pending[1]}
+    reads = []
+    for name in ('asnumpy', 'asscalar', 'wait_to_read'):
+        def counted(array, _original=getattr(mx.nd.NDArray, name)):
+            reads.append(id(array))
+            return _original(array)
+        monkeypatch.setattr(mx.nd.NDArray, name, counted)
+    kv.pushpull('w', mx.nd.array(rng.standard_normal((300, 7)).astype(f32)))
+    monkeypatch.undo()
+    assert reads and set(reads) <= pending
+
+
 def test_wire_bytes_halve():
     kv = _store()
     kv.pushpull('w', mx.nd.ones((1000, 3)))

@@ -19,8 +19,8 @@ a float16 to float32 conversion), the bulk of this codec's time on a fast link.
 import numpy as np
 
 from .base import Codec
-from ..errors import NonFiniteGradientError
-from ..ops import op
+from ..checks import check_encoded
+from ..ops import constant, op
 from ..rounds import Sum
 
 FLOAT16_MAX = 65504.0
@@ -36,6 +36,7 @@ def limit(num_workers):
 
 class Float16Codec(Codec):
     name = 'fp16'
+    deferred_checks = True   # nothing waits on the host: see step
 
     def __init__(self, shape, error_feedback=True):
         super().__init__(shape)
@@ -46,16 +47,22 @@ class Float16Codec(Codec):
         return Float16Codec((stop - start,), self.error_feedback)
 
     def step(self, grad, state, num_workers, rank):
+        from mxnet import ndarray
+        # Nothing is read on the host, so that no key waits here for its backward pass
+        # before it is pushed: a non-finite acc makes the payload all NaN on the engine
+        # (times NaN, before the clip, which would turn Inf into a finite value), so
+        # every worker's sum is NaN; the residual takes the step's error only if acc
+        # was finite; the status is the store's to read at the key's next step
+        # (deferred_checks).
         residual = state.residual if self.error_feedback else None
         acc = grad + residual if self.error_feedback else grad
-        if int(op('kvx_finite_check')(acc.reshape((-1,))).asscalar()):
-            raise NonFiniteGradientError('gradient + residual holds non-finite values (NaN '
-                                         'or Inf); nothing was sent and the residual is '
-                                         'unchanged')
+        bad = op('kvx_finite_check')(acc.reshape((-1,)))
+        check_encoded(bad, 'gradient + residual' if self.error_feedback else 'gradient')
         bound = limit(num_workers)
-        half = acc.clip(-bound, bound).astype(np.float16)
+        spoil = ndarray.where(bad, constant(np.nan), constant(1.0))
+        half = ndarray.broadcast_mul(acc, spoil).clip(-bound, bound).astype(np.float16)
         if self.error_feedback:
-            residual[:] = acc - half.astype(np.float32)
+            op('kvx_copy_if_ok')(acc - half.astype(np.float32), residual, bad)
         total = yield Sum('payload', half)
         return total.astype(np.float32).reshape(self.shape)
 

@@ -55,7 +55,7 @@ approximations of halves instead of one of the whole.
 import numpy as np
 
 from .base import Codec
-from ..ops import op
+from ..ops import constant, op
 from ..rounds import Sum
 
 MIN_RATIO = 2     # a chunk is compressed only if its rank-r form is this much smaller
@@ -64,21 +64,6 @@ MIN_RATIO = 2     # a chunk is compressed only if its rank-r form is this much s
 def _nonfinite(array):
     """1.0 if ``array`` holds NaN or Inf, else 0.0: a 1-element array, on the engine."""
     return op('kvx_finite_check')(array.reshape((-1,)))
-
-
-def _constant(value):
-    """A cached 1-element float32 array holding ``value``."""
-    cache = []
-
-    def get():
-        if not cache:
-            from mxnet import ndarray
-            cache.append(ndarray.full((1,), value, dtype=np.float32))
-        return cache[0]
-    return get
-
-
-_NAN, _ONE = _constant(np.nan), _constant(1.0)
 
 
 def matrix_shape(shape):
@@ -176,7 +161,8 @@ class PowerSGDCodec(Codec):
         keep_q = void.broadcast_to((self.cols,))
         state['Q'] = ndarray.where(keep_q, q, orthonormalise(
             ndarray.where(keep_q, q, q_sum)))
-        p_hat = ndarray.broadcast_mul(p_hat, ndarray.where(void, _NAN(), _ONE()))
+        spoil = ndarray.where(void, constant(np.nan), constant(1.0))
+        p_hat = ndarray.broadcast_mul(p_hat, spoil)
         if state.out is None:
             return ndarray.dot(p_hat, q_sum, transpose_b=True).reshape(self.shape)
         ndarray.dot(p_hat, q_sum, transpose_b=True,
