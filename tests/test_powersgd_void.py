@@ -184,6 +184,22 @@ def test_no_key_waits_and_a_nan_in_one_chunk_voids_every_chunk(monkeypatch, capl
     assert calls == []
 
 
+def host_reads(monkeypatch, call):
+    """The ids of the NDArrays that ``call()`` reads on the host (``asnumpy``,
+    ``asscalar``, ``wait_to_read``: each waits for MXNet's engine)."""
+    reads = []
+    for name in ('asnumpy', 'asscalar', 'wait_to_read'):
+        def counted(array, _original=getattr(mx.nd.NDArray, name)):
+            reads.append(id(array))
+            return _original(array)
+        monkeypatch.setattr(mx.nd.NDArray, name, counted)
+    try:
+        call()
+    finally:
+        monkeypatch.undo()
+    return reads
+
+
 @pytest.mark.parametrize('shape, chunk_size', [((96, 400), 1 << 20), ((600, 2000), 4096)])
 def test_a_step_reads_nothing_on_the_host(monkeypatch, shape, chunk_size):
     """A steady step of a PowerSGD key, one chunk or several, reads no array on the host
@@ -200,16 +216,9 @@ def test_a_step_reads_nothing_on_the_host(monkeypatch, shape, chunk_size):
         want.step([grad])
     pending = {id(status) for status, _ in kv._keys['w'].pending[1]}
     assert len(pending) == len(chunks)
-    reads = []
-    for name in ('asnumpy', 'asscalar', 'wait_to_read'):
-        def counted(array, _original=getattr(mx.nd.NDArray, name)):
-            reads.append(id(array))
-            return _original(array)
-        monkeypatch.setattr(mx.nd.NDArray, name, counted)
     grad = low_rank_plus_noise(rng, shape)
     value = mx.nd.array(grad)
-    kv.pushpull('w', value)
-    monkeypatch.undo()
+    reads = host_reads(monkeypatch, lambda: kv.pushpull('w', value))
     assert reads and set(reads) <= pending
     close(value.asnumpy(), want.step([grad]))
 
