@@ -20,6 +20,12 @@ def shape_attr(shape):
     return '(' + ', '.join(str(int(d)) for d in shape) + (',)' if len(shape) == 1 else ')')
 
 
+def nonfinite(array):
+    """1.0 if ``array`` holds NaN or Inf, else 0.0: a 1-element array computed on the
+    engine (``kvx_finite_check``), read by nobody until it is needed."""
+    return op('kvx_finite_check')(array.reshape((-1,)))
+
+
 _constants = {}
 
 

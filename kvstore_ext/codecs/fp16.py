@@ -20,7 +20,7 @@ import numpy as np
 
 from .base import Codec
 from ..checks import check_encoded
-from ..ops import constant, op
+from ..ops import constant, nonfinite, op
 from ..rounds import Sum
 
 FLOAT16_MAX = 65504.0
@@ -56,7 +56,7 @@ class Float16Codec(Codec):
         # (deferred_checks).
         residual = state.residual if self.error_feedback else None
         acc = grad + residual if self.error_feedback else grad
-        bad = op('kvx_finite_check')(acc.reshape((-1,)))
+        bad = nonfinite(acc)
         check_encoded(bad, 'gradient + residual' if self.error_feedback else 'gradient')
         bound = limit(num_workers)
         spoil = ndarray.where(bad, constant(np.nan), constant(1.0))

@@ -55,15 +55,10 @@ approximations of halves instead of one of the whole.
 import numpy as np
 
 from .base import Codec
-from ..ops import constant, op
+from ..ops import constant, nonfinite, op
 from ..rounds import Sum
 
 MIN_RATIO = 2     # a chunk is compressed only if its rank-r form is this much smaller
-
-
-def _nonfinite(array):
-    """1.0 if ``array`` holds NaN or Inf, else 0.0: a 1-element array, on the engine."""
-    return op('kvx_finite_check')(array.reshape((-1,)))
 
 
 def matrix_shape(shape):
@@ -137,9 +132,9 @@ class PowerSGDCodec(Codec):
             q = self.initial_q()
         # 3. P, summed; whether this worker's gradient was finite is its status (the
         # store reads it later: check_encoded under deferred_checks)
-        check_encoded(_nonfinite(grad), 'gradient')
+        check_encoded(nonfinite(grad), 'gradient')
         p = yield Sum('P', ndarray.dot(acc, q))
-        void = _nonfinite(p)
+        void = nonfinite(p)
         # 4. the same orthonormal P^ on every worker (of zeros if void: LAPACK gets
         # finite input, and the step's results are discarded below)
         p_hat = orthonormalise(ndarray.where(void.broadcast_to((self.rows,)),
@@ -149,7 +144,7 @@ class PowerSGDCodec(Codec):
         # 6. Q, summed (a copy is pushed: MXNet's dist kvstore pulls a CPU key's sum into
         # the very array pushed last, and the residual below needs this worker's Q_w)
         q_sum = yield Sum('Q', q_part.copy())
-        void = ndarray.maximum(void, _nonfinite(q_sum))
+        void = ndarray.maximum(void, nonfinite(q_sum))
         state.last['void'] = void
         # 5, finished: this worker's own error M - P^ Q_w^T (gemm in place on acc, a
         # temporary of this step), copied into the residual unless the step is void
