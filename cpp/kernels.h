@@ -20,6 +20,7 @@
 #include "codec_table.h"
 #include "codecs/adacomp.h"
 #include "codecs/element_topk.h"
+#include "codecs/fp16.h"
 #include "codecs/fp32.h"
 #include "codecs/outer.h"
 #include "codecs/ternary.h"

@@ -233,22 +233,22 @@ bool residual_shape(const char* op, const Shapes& in) {
 }
 
 bool check_dtypes(const char* op, const std::vector<int>& types, const char* const* names,
-                  size_t count) {
+                  size_t count, int dtype) {
   for (size_t i = 0; i < count; ++i) {
-    if (types[i] != mxnet::ext::kFloat32) {
+    if (types[i] != dtype) {
       MX_ERROR_MSG << op << ": input " << i << " (" << names[i] << ") must be "
-                   << dtype_name(mxnet::ext::kFloat32) << ", got " << dtype_name(types[i]);
+                   << dtype_name(dtype) << ", got " << dtype_name(types[i]);
       return false;
     }
   }
   return true;
 }
 
-bool forward_dtypes(const char* op, const Tensors& tensors, size_t count) {
+bool forward_dtypes(const char* op, const Tensors& tensors, size_t count, int dtype) {
   for (size_t i = 0; i < count; ++i) {
-    if (tensors[i].dtype != mxnet::ext::kFloat32) {
+    if (tensors[i].dtype != dtype) {
       MX_ERROR_MSG << op << ": tensor " << i << " has dtype " << dtype_name(tensors[i].dtype)
-                   << ", expected " << dtype_name(mxnet::ext::kFloat32);
+                   << ", expected " << dtype_name(dtype);
       return false;
     }
   }

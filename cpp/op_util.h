@@ -4,8 +4,8 @@
 //
 //   struct MyOp : OpSpec {
 //     static constexpr const char* name = "kvx_my_op";
-//     static constexpr const char* inputs[] = {"grad", "residual"};   // all float32
-//     static constexpr int outputs = 2;                               // all float32
+//     static constexpr const char* inputs[] = {"grad", "residual"};   // input_dtype
+//     static constexpr int outputs = 2;      // float32 (the first: first_output_dtype)
 //     static constexpr bool updates_second = true;    // input 1 updated in place
 //     using Params = MyParams;                        // parse(attrs, &error); NoParams
 //     static bool shape(const Params&, const Shapes& in, Shapes* out);
@@ -134,10 +134,11 @@ inline bool void_sum(MXTensor& summed, MXTensor& out, MXTensor& status) {
   return true;
 }
 
+// Every one of the first `count` inputs has `dtype` (the op's input_dtype).
 bool check_dtypes(const char* op, const std::vector<int>& types, const char* const* names,
-                  size_t count);
+                  size_t count, int dtype);
 // Forward-time re-check (inferType ran already; this guards direct misuse).
-bool forward_dtypes(const char* op, const Tensors& tensors, size_t count);
+bool forward_dtypes(const char* op, const Tensors& tensors, size_t count, int dtype);
 MXReturnValue fail(const char* op, const std::string& message);
 
 // ---- one struct per op --------------------------------------------------------------
@@ -146,6 +147,9 @@ struct OpSpec {
   static constexpr bool updates_second = false;
   static constexpr bool sparse_input = false;  // inputs may be row_sparse (kvx_rows_dense)
   static constexpr bool any_dtype = false;     // inputs of any dtype (kvx_after reads none)
+  // float32 but for the float16 ops (cpp/ops/fp16.cc)
+  static constexpr int input_dtype = mxnet::ext::kFloat32;         // every input's
+  static constexpr int first_output_dtype = mxnet::ext::kFloat32;  // the others: float32
   using Params = NoParams;
 };
 
@@ -167,8 +171,10 @@ struct Op {
     return MX_SUCCESS;
   }
   static MXReturnValue type(const Attrs&, std::vector<int>* in, std::vector<int>* out) {
-    if (!S::any_dtype && !check_dtypes(S::name, *in, S::inputs, kInputs)) return MX_FAIL;
+    if (!S::any_dtype && !check_dtypes(S::name, *in, S::inputs, kInputs, S::input_dtype))
+      return MX_FAIL;
     for (int& t : *out) t = mxnet::ext::kFloat32;
+    (*out)[0] = S::first_output_dtype;
     return MX_SUCCESS;
   }
   static MXReturnValue shape(const Attrs& attrs, Shapes* in, Shapes* out) {
@@ -181,7 +187,8 @@ struct Op {
                                const mxnet::ext::OpResource&) {
     try {
       typename S::Params p;
-      if (!parse_params(attrs, &p) || (!S::any_dtype && !forward_dtypes(S::name, *in, kInputs)))
+      if (!parse_params(attrs, &p) ||
+          (!S::any_dtype && !forward_dtypes(S::name, *in, kInputs, S::input_dtype)))
         return MX_FAIL;
       S::forward(p, *in, *out);
       return MX_SUCCESS;

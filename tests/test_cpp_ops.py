@@ -71,7 +71,7 @@ def same_bits(a, b):
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    view = {4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    view = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
     return np.array_equal(a.view(view), b.view(view))
 
 
@@ -151,6 +151,97 @@ def test_copy_if_ok_sizes(ops):
     with pytest.raises(mx.base.MXNetError, match='kvx_copy_if_ok'):
         ops.kvx_copy_if_ok(nd(make((4,), 'randn', 1)), nd(make((5,), 'randn', 2)),
                            nd(np.zeros(1, np.float32))).wait_to_read()
+
+
+# ---- float16 (dist_sync_fp16) ----------------------------------------------------------
+
+def _float16_edge_values():
+    """Every finite float16, the midpoints between neighbours (ties go to the even one)
+    and the float32 values either side of each midpoint, both signs, plus random float32
+    bit patterns up to 65504 (float16's subnormals and float32's included)."""
+    finite = np.arange(0, 0x7c00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    mid = ((finite[:-1] + finite[1:]) / 2).astype(f32)
+    rng = np.random.default_rng(7)
+    patterns = rng.integers(0, 0x477fe001, 200000, dtype=np.uint32).view(f32)
+    values = np.concatenate([finite.astype(f32), mid, np.nextafter(mid, f32(0)),
+                             np.nextafter(mid, f32(np.inf)), patterns])
+    return np.concatenate([values, -values])
+
+
+def test_fp16_round_is_numpys(ops):
+    """kvx_fp16_round rounds as NumPy's astype(float16): nearest, ties to even, float16
+    subnormals, -0.0, bit for bit."""
+    x = _float16_edge_values()
+    half, status = ops.kvx_fp16_round(nd(x), limit=65504.0)
+    assert half.dtype == np.float16 and status_of(status) == 0
+    assert same_bits(half.asnumpy(), x.astype(np.float16))
+
+
+def test_fp16_widen_is_exact(ops):
+    """kvx_fp16_widen: every float16 (subnormals, Inf, NaN, both zeros) to float32 as
+    NumPy widens it, bit for bit; shape kept."""
+    every = np.arange(0, 0x10000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    out = ops.kvx_fp16_widen(mx.nd.array(every.reshape(256, 256), dtype=np.float16))
+    assert out.dtype == np.float32 and out.shape == (256, 256)
+    assert same_bits(out.asnumpy().reshape(-1), every.astype(f32))
+    with pytest.raises(mx.base.MXNetError, match='float16'):
+        ops.kvx_fp16_widen(nd(make((4,), 'randn', 1))).wait_to_read()
+
+
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('num_workers', [1, 3, 8])
+def test_fp16_encode_matches_reference(ops, kind, num_workers):
+    """Halves and residual bit for bit the reference's (clip at the workers' limit)."""
+    grad, residual = grad_residual((64, 33), kind, 20 + num_workers)
+    want_half, want_res, want_status = ref.fp16_encode(grad, residual, num_workers)
+    res_nd = nd(residual)
+    half, status = ops.kvx_fp16_encode(nd(grad), res_nd,
+                                       limit=float(ref.fp16_limit(num_workers)))
+    assert status_of(status) == want_status == 0
+    assert half.shape == grad.shape and same_bits(half.asnumpy(), want_half)
+    assert same_bits(res_nd.asnumpy(), want_res)
+    plain, status = ops.kvx_fp16_round(nd(grad), limit=float(ref.fp16_limit(num_workers)))
+    assert same_bits(plain.asnumpy(), ref.fp16_encode_plain(grad, num_workers)[0])
+
+
+@pytest.mark.parametrize('where', ['grad', 'residual', 'sum'])
+@pytest.mark.parametrize('value', [np.nan, np.inf, -np.inf])
+def test_fp16_encode_nonfinite_voids(ops, where, value):
+    """A NaN or Inf in grad, in the residual, or an acc that overflows float32: every half
+    NaN (the workers' sum is void), the residual bit for bit as it was, status 1."""
+    grad, residual = make((50,), 'randn', 1), make((50,), 'randn', 2)
+    if where == 'sum':
+        grad[7], residual[7] = 3e38 * np.sign(value), 3e38 * np.sign(value)
+        if np.isnan(value):
+            grad[7], residual[7] = 3e38, 3e38
+    else:
+        {'grad': grad, 'residual': residual}[where][7] = value
+    res_nd = nd(residual)
+    half, status = ops.kvx_fp16_encode(nd(grad), res_nd, limit=65504.0)
+    assert status_of(status) == 1
+    assert np.isnan(half.asnumpy()).all()
+    assert same_bits(res_nd.asnumpy(), residual)
+    if where == 'grad':
+        half, status = ops.kvx_fp16_round(nd(grad), limit=65504.0)
+        assert status_of(status) == 1 and np.isnan(half.asnumpy()).all()
+
+
+@pytest.mark.parametrize('attrs, match', [
+    ({}, 'limit'), ({'limit': 0.0}, 'limit'), ({'limit': -1.0}, 'limit'),
+    ({'limit': 70000.0}, '65504'), ({'limit': 1.0, 'scale': 2.0}, 'scale')])
+def test_fp16_encode_refuses_bad_limits(ops, attrs, match):
+    with pytest.raises(mx.base.MXNetError, match=match):
+        ops.kvx_fp16_encode(nd(make((4,), 'randn', 1)), nd(make((4,), 'randn', 2)),
+                            **attrs)[0].wait_to_read()
+
+
+def test_fp16_encode_refuses_bad_inputs(ops):
+    with pytest.raises(mx.base.MXNetError, match='kvx_fp16_encode'):
+        ops.kvx_fp16_encode(nd(make((4,), 'randn', 1)), nd(make((5,), 'randn', 2)),
+                            limit=1.0)[0].wait_to_read()
+    with pytest.raises(mx.base.MXNetError, match='float32'):
+        ops.kvx_fp16_round(nd(make((4,), 'randn', 1).astype(np.float64)),
+                           limit=1.0)[0].wait_to_read()
 
 
 # ---- top-k -----------------------------------------------------------------------------

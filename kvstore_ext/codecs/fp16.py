@@ -13,14 +13,14 @@ unit of the sum that no worker's residual sees.
 Without error feedback (``error_feedback=False``) a worker sends its gradient clipped
 and rounded, and keeps no residual: what float16 rounds away (a relative 2**-11 of each
 value) is lost, and so is what the clip holds back. Why offer it: the residual costs a
-worker two passes over the tensor a step (``grad + residual`` and ``acc - half``, with
-a float16 to float32 conversion), the bulk of this codec's time on a fast link.
+worker a read and a write of the residual a step (``kvx_fp16_encode`` against
+``kvx_fp16_round``), the bulk of this codec's time on a fast link.
 """
 import numpy as np
 
 from .base import Codec
 from ..checks import check_encoded
-from ..ops import constant, nonfinite, op
+from ..ops import op
 from ..rounds import Sum
 
 FLOAT16_MAX = 65504.0
@@ -47,24 +47,19 @@ class Float16Codec(Codec):
         return Float16Codec((stop - start,), self.error_feedback)
 
     def step(self, grad, state, num_workers, rank):
-        from mxnet import ndarray
-        # Nothing is read on the host, so that no key waits here for its backward pass
-        # before it is pushed: a non-finite acc makes the payload all NaN on the engine
-        # (times NaN, before the clip, which would turn Inf into a finite value), so
-        # every worker's sum is NaN; the residual takes the step's error only if acc
-        # was finite; the status is the store's to read at the key's next step
-        # (deferred_checks).
-        residual = state.residual if self.error_feedback else None
-        acc = grad + residual if self.error_feedback else grad
-        bad = nonfinite(acc)
-        check_encoded(bad, 'gradient + residual' if self.error_feedback else 'gradient')
+        # One op on the engine, nothing read on the host (so no key waits here for its
+        # backward pass before it is pushed): acc clipped and rounded, the residual
+        # updated; a non-finite acc makes every half NaN, so every worker's sum is NaN,
+        # and leaves the residual as it was (cpp/codecs/fp16.h). The status is the
+        # store's to read at the key's next step (deferred_checks).
         bound = limit(num_workers)
-        spoil = ndarray.where(bad, constant(np.nan), constant(1.0))
-        half = ndarray.broadcast_mul(acc, spoil).clip(-bound, bound).astype(np.float16)
         if self.error_feedback:
-            op('kvx_copy_if_ok')(acc - half.astype(np.float32), residual, bad)
+            half, status = op('kvx_fp16_encode')(grad, state.residual, limit=bound)
+        else:
+            half, status = op('kvx_fp16_round')(grad, limit=bound)
+        check_encoded(status, 'gradient + residual' if self.error_feedback else 'gradient')
         total = yield Sum('payload', half)
-        return total.astype(np.float32).reshape(self.shape)
+        return op('kvx_fp16_widen')(total).reshape(self.shape)
 
     def wire_words(self, num_workers):
         # float32 words: two halves a word
