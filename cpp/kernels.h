@@ -23,6 +23,7 @@
 #include "codecs/fp16.h"
 #include "codecs/fp32.h"
 #include "codecs/outer.h"
+#include "codecs/powersgd.h"
 #include "codecs/ternary.h"
 #include "codecs/thc.h"
 #include "codecs/topk.h"

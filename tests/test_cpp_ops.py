@@ -136,21 +136,38 @@ def test_finite_check(ops):
         assert status_of(ops.kvx_finite_check(nd(y))) == wire.NONFINITE
 
 
-@pytest.mark.parametrize('status, copies', [(0.0, True), (1.0, False), (9.0, False),
-                                             (np.nan, False)])
-def test_copy_if_ok(ops, status, copies):
-    """dst takes src only if status is 0 (PowerSGD's residual, kept on a void step);
-    any other status, NaN included, leaves dst bit for bit."""
-    src, dst = make((6, 5), 'randn', 4), make((30,), 'randn', 5)
-    dst_nd = nd(dst)
-    ops.kvx_copy_if_ok(nd(src), dst_nd, nd(np.array([status], np.float32)))
-    assert same_bits(dst_nd.asnumpy(), src.reshape(-1) if copies else dst)
+@pytest.mark.parametrize('rows, cols, rank', [(1, 1, 1), (7, 300, 4), (64, 33, 2)])
+@pytest.mark.parametrize('status, writes', [(0.0, True), (1.0, False), (9.0, False),
+                                            (np.nan, False)])
+def test_lowrank_residual(ops, rows, cols, rank, status, writes):
+    """PowerSGD's residual acc - p q^T, bit for bit the float32 products added in rank
+    order, written only if status is 0 (a void step keeps the residual as it was, NaN
+    status included)."""
+    acc, p, q = make((rows, cols), 'randn', 4), make((rows, rank), 'randn', 5), \
+        make((cols, rank), 'randn', 6)
+    residual = make((rows * cols,), 'randn', 7)
+    product = p[:, :1] * q[:, 0]
+    for k in range(1, rank):
+        product = product + p[:, k:k + 1] * q[:, k]
+    res_nd = nd(residual)
+    ops.kvx_lowrank_residual(nd(acc), res_nd, nd(p), nd(q),
+                             nd(np.array([status], np.float32))).wait_to_read()
+    want = (acc - product).reshape(-1) if writes else residual
+    assert same_bits(res_nd.asnumpy(), want)
+    if writes:
+        np.testing.assert_allclose(res_nd.asnumpy().reshape(rows, cols), acc - p @ q.T,
+                                   rtol=1e-5, atol=1e-5)
 
 
-def test_copy_if_ok_sizes(ops):
-    with pytest.raises(mx.base.MXNetError, match='kvx_copy_if_ok'):
-        ops.kvx_copy_if_ok(nd(make((4,), 'randn', 1)), nd(make((5,), 'randn', 2)),
-                           nd(np.zeros(1, np.float32))).wait_to_read()
+@pytest.mark.parametrize('shapes', [((4, 5), (20,), (3, 2), (5, 2), (1,)),
+                                    ((4, 5), (20,), (4, 2), (5, 3), (1,)),
+                                    ((4, 5), (21,), (4, 2), (5, 2), (1,)),
+                                    ((4, 5), (20,), (4, 2), (5, 2), (2,)),
+                                    ((20,), (20,), (4, 2), (5, 2), (1,))])
+def test_lowrank_residual_shapes(ops, shapes):
+    arrays = [nd(make(s, 'randn', i)) for i, s in enumerate(shapes)]
+    with pytest.raises(mx.base.MXNetError, match='kvx_lowrank_residual'):
+        ops.kvx_lowrank_residual(*arrays).wait_to_read()
 
 
 # ---- float16 (dist_sync_fp16) ----------------------------------------------------------

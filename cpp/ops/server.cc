@@ -9,8 +9,6 @@
 //   kvx_decode_slots(slots f32[W, S]; size)            -> sum f32[size], status f32[W]
 //   kvx_rows_dense(rows f32[R, C] (row_sparse or dense); size) -> out f32[size]
 //   kvx_after(before, x*)  (any dtypes)                -> f32[1], zero; x is unchanged
-//   kvx_copy_if_ok(src, dst*, status f32[1])           -> f32[1], zero; dst = src if
-//                                  status is 0, else dst unchanged
 //
 // `*` marks an input updated in place (setMutateInputs); op_util.h says how an op is
 // declared and what encoders and decoders do on bad input (set_encoded, void_sum).
@@ -200,33 +198,7 @@ struct After : OpSpec {
 
 }  // namespace
 
-// A state update that a step's outcome, known only on the engine, may cancel
-// (PowerSGD's residual: kept as it was when the step's sums were not finite). One copy:
-// MXNet's `where` with a row condition took 6 times as long on a 512 x 3136 matrix.
-struct CopyIfOk : OpSpec {
-  static constexpr const char* name = "kvx_copy_if_ok";
-  static constexpr const char* inputs[] = {"src", "dst", "status"};
-  static constexpr int outputs = 1;
-  static constexpr bool updates_second = true;
-  static bool shape(const Params&, const Shapes& in, Shapes* out) {
-    if (product(in[0]) != product(in[1]) || product(in[2]) != 1) {
-      MX_ERROR_MSG << name << ": src " << shape_string(in[0]) << " and dst "
-                   << shape_string(in[1]) << " must have one size, status one element, got "
-                   << shape_string(in[2]);
-      return false;
-    }
-    (*out)[0] = Shape{1};
-    return true;
-  }
-  static void forward(const Params&, Tensors& in, Tensors& out) {
-    if (f32(in[2])[0] == 0.0f)
-      std::copy(f32(in[0]), f32(in[0]) + in[0].size(), f32(in[1]));
-    set_status(out[0], kvx::kOk);
-  }
-};
-
 KVX_REGISTER_OP(CodecEncode);
-KVX_REGISTER_OP(CopyIfOk);
 KVX_REGISTER_OP(FiniteCheck);
 KVX_REGISTER_OP(Fp32Encode);
 KVX_REGISTER_OP(DecodeSlots);

@@ -29,9 +29,9 @@ makes row i of its P = M Q non-finite (NaN * x = NaN, Inf * 0 = NaN, Inf * x = +
 also where Q has an all-zero row), and the sum over workers keeps it; every worker holds
 the same sums, so every worker finds the same: if the summed P or Q holds NaN or Inf
 anywhere (``kvx_finite_check``, a few words: an overflow too), the step is void on every
-worker: its result is NaN, its residual and Q stay as they were (engine ops copy the new
-ones only if the sums were finite: ``kvx_copy_if_ok`` for the residual, ``where`` for
-Q). Whether this worker's gradient was finite is its status (a look on the engine too),
+worker: its result is NaN, its residual and Q stay as they were (engine ops write the
+new ones only if the sums were finite: ``kvx_lowrank_residual`` for the residual,
+``where`` for Q). Whether this worker's gradient was finite is its status (a look on the engine too),
 which the store reads at the key's next step (``deferred_checks``, void_steps.resolve):
 the worker whose gradient it was logs the warning, naming itself. A key of several
 chunks is voided whole: the store makes a NaN in any chunk reach every chunk's P
@@ -146,11 +146,10 @@ class PowerSGDCodec(Codec):
         q_sum = yield Sum('Q', q_part.copy())
         void = ndarray.maximum(void, nonfinite(q_sum))
         state.last['void'] = void
-        # 5, finished: this worker's own error M - P^ Q_w^T (gemm in place on acc, a
-        # temporary of this step), copied into the residual unless the step is void
-        ndarray.linalg.gemm(p_hat, q_part, acc, alpha=-1.0, beta=1.0, transpose_b=True,
-                            out=acc)
-        op('kvx_copy_if_ok')(acc, state.residual.reshape((self.rows, self.cols)), void)
+        # 5, finished: this worker's own error M - P^ Q_w^T, written into the residual
+        # in one pass unless the step is void
+        op('kvx_lowrank_residual')(acc, state.residual.reshape((self.rows, self.cols)),
+                                   p_hat, q_part, void)
         # 7. the next step's Q (the old one if void); the approximation of the sum,
         # NaN everywhere if void
         keep_q = void.broadcast_to((self.cols,))
