@@ -4,10 +4,12 @@ the MXNet operators they replace, and against a copy of the tensor.
 * ``encode``: ``kvx_fp16_encode`` (acc = grad + residual, finite check, clip, round,
   residual update: two passes) against the nine MXNet operators that did the same
   engine-side (``grad + residual``, ``kvx_finite_check``, ``where``, ``broadcast_mul``
-  by 1 or NaN, ``clip``, ``astype(float16)``, ``astype(float32)``, subtraction,
-  ``kvx_copy_if_ok``);
+  by 1 or NaN, ``clip``, ``astype(float16)``, ``astype(float32)``, subtraction, and
+  a copy into the residual);
 * ``widen``: ``kvx_fp16_widen`` of the pulled sum against ``astype(float32)``;
 * ``cast``: MXNet's ``astype(float16)`` alone;
+* ``server add``: ``a += b`` on float16 NDArrays against float32 ones: what MXNet's stock
+  server runs for every worker's push of a key (it merges pushes with NDArray adds);
 * ``copy``: ``NDArray.copy`` of the float32 tensor (4 bytes read, 4 written an element),
   the memory-bandwidth yardstick.
 
@@ -37,13 +39,17 @@ def paths(mx, op, n, rng):
     summed = grad.astype(np.float16)
     bound = limit(4)
     nan, one = mx.nd.array([np.nan]), mx.nd.array([1.0])
+    merged16, merged32 = mx.nd.zeros(n, dtype=np.float16), mx.nd.zeros(n)
+
+    def add_into(merged, pushed):
+        merged += pushed
 
     def engine_ops():        # the step before kvx_fp16_encode, operator for operator
         acc = grad + residual
         bad = op('kvx_finite_check')(acc)
         spoil = mx.nd.where(bad, nan, one)
         half = mx.nd.broadcast_mul(acc, spoil).clip(-bound, bound).astype(np.float16)
-        op('kvx_copy_if_ok')(acc - half.astype(np.float32), residual, bad)
+        (acc - half.astype(np.float32)).copyto(residual)    # was: a copy if bad is 0
 
     return {
         'encode_ops': lambda: op('kvx_fp16_encode')(grad, residual, limit=bound),
@@ -52,6 +58,8 @@ def paths(mx, op, n, rng):
         'widen_mxnet': lambda: summed.astype(np.float32),
         'cast_mxnet': lambda: grad.astype(np.float16),
         'copy': lambda: grad.copy(),
+        'server_add_f16': lambda: add_into(merged16, summed),
+        'server_add_f32': lambda: add_into(merged32, grad),
     }
 
 
@@ -88,6 +96,7 @@ def measure(mx, op, n, blocks, rng):
         'encode_ops_over_copy': ratio('encode_ops', 'copy'),
         'widen_op_over_copy': ratio('widen_op', 'copy'),
         'cast_mxnet_over_encode_ops': ratio('cast_mxnet', 'encode_ops'),
+        'server_add_f16_over_f32': ratio('server_add_f16', 'server_add_f32'),
     }
 
 
@@ -108,10 +117,11 @@ def main(argv=None):
     for r in rows:
         ms = r['ms']
         print('%10d %9.3f %9.3f %9.3f %9.3f %9.3f  encode %.1fx faster, widen %.1fx, '
-              'encode = %.1f copies' % (
+              'encode = %.1f copies, a float16 server add %.1fx a float32 one' % (
                   r['elements'], ms['encode_ops'], ms['encode_mxnet'], ms['widen_op'],
                   ms['widen_mxnet'], ms['copy'], r['encode_mxnet_over_ops'],
-                  r['widen_mxnet_over_op'], r['encode_ops_over_copy']))
+                  r['widen_mxnet_over_op'], r['encode_ops_over_copy'],
+                  r['server_add_f16_over_f32']))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'machine': {'cpus': os.cpu_count(), 'platform': platform.platform(),

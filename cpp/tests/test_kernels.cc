@@ -1388,6 +1388,64 @@ void test_outer() {
   CHECK(all_zero(out));
 }
 
+void test_fp16() {
+  g_test = "fp16";
+  // every finite half: widened exactly and rounded back to itself (both signs); the
+  // midpoint between neighbours goes to the even one, the floats beside it to the nearer
+  int mismatches = 0;
+  for (uint32_t h = 0; h < 0x7c00u; ++h) {
+    for (uint32_t sign : {0u, 0x8000u}) {
+      const uint16_t half = static_cast<uint16_t>(h | sign);
+      if (kvx::float_to_half(kvx::half_to_float(half)) != half) ++mismatches;
+    }
+    if (h + 1 == 0x7c00u) continue;
+    const double lo = kvx::half_to_float(static_cast<uint16_t>(h));
+    const double hi = kvx::half_to_float(static_cast<uint16_t>(h + 1));
+    const float mid = static_cast<float>((lo + hi) / 2);   // exact in float32
+    const uint16_t even = static_cast<uint16_t>((h & 1u) ? h + 1 : h);
+    if (kvx::float_to_half(mid) != even) ++mismatches;
+    if (kvx::float_to_half(std::nextafter(mid, 0.0f)) != h) ++mismatches;
+    if (kvx::float_to_half(std::nextafter(mid, kInf)) != h + 1) ++mismatches;
+  }
+  CHECK_EQ(mismatches, 0);
+  CHECK_EQ(kvx::half_to_float(0x7c00u), kInf);
+  CHECK(std::isnan(kvx::half_to_float(0x7e00u)));
+  CHECK_EQ(bits_of(kvx::half_to_float(0x8000u)), 0x80000000u);
+  CHECK_EQ(kvx::half_to_float(0x0001u), 5.9604644775390625e-8f);       // 2**-24
+  CHECK_EQ(kvx::float_to_half(2.9802322387695312e-8f), 0u);           // 2**-25: tie to 0
+  // encode: clipped at the limit, residual = acc - half, both exact
+  const Floats grad = {1e5f, -7e4f, 1.0f / 3.0f, 3e-9f, -0.0f};
+  Floats residual = {0.0f, 0.0f, 1e-4f, 0.0f, -0.0f};  // -0 + -0 = -0
+  std::vector<uint16_t> half(grad.size());
+  CHECK_EQ(kvx::fp16_encode(grad.data(), residual.data(), 5, 32752.0f, half.data()), kvx::kOk);
+  CHECK_EQ(kvx::half_to_float(half[0]), 32752.0f);
+  CHECK_EQ(kvx::half_to_float(half[1]), -32752.0f);
+  CHECK_EQ(residual[0], 1e5f - 32752.0f);
+  CHECK_EQ(residual[1], -7e4f + 32752.0f);
+  const float acc2 = 1.0f / 3.0f + 1e-4f;
+  CHECK_EQ(residual[2], acc2 - kvx::half_to_float(half[2]));
+  CHECK(std::fabs(residual[2]) <= std::fabs(acc2) / 2048);
+  CHECK_EQ(half[3], 0u);
+  CHECK_EQ(residual[3], 3e-9f);
+  CHECK_EQ(half[4], 0x8000u);
+  // a NaN or Inf anywhere in acc, or an acc that overflows: every half NaN, the
+  // residual untouched; without a residual, the gradient alone decides
+  for (float bad : {kNaN, kInf, -kInf, 3e38f}) {
+    Floats g = randn(100, 7), r = randn(100, 8);
+    g[42] = bad;
+    if (bad == 3e38f) r[42] = 3e38f;
+    const Floats before = r;
+    half.assign(100, 0);
+    CHECK_EQ(kvx::fp16_encode(g.data(), r.data(), 100, 65504.0f, half.data()), kvx::kNonFinite);
+    CHECK(same_bits(r, before));
+    bool all_nan = true;
+    for (uint16_t x : half) all_nan = all_nan && std::isnan(kvx::half_to_float(x));
+    CHECK(all_nan);
+    CHECK_EQ(kvx::fp16_encode(g.data(), nullptr, 100, 65504.0f, half.data()),
+             bad == 3e38f ? kvx::kOk : kvx::kNonFinite);
+  }
+}
+
 int main() {
   test_wire();
   test_numpy_order_sum();
@@ -1417,6 +1475,7 @@ int main() {
   test_element_topk_nonfinite();
   test_element_topk_malformed();
   test_outer();
+  test_fp16();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures > 100 ? 100 : g_failures;
 }
