@@ -10,6 +10,10 @@ the MXNet operators they replace, and against a copy of the tensor.
 * ``cast``: MXNet's ``astype(float16)`` alone;
 * ``server add``: ``a += b`` on float16 NDArrays against float32 ones: what MXNet's stock
   server runs for every worker's push of a key (it merges pushes with NDArray adds);
+* ``server pairs``: what ``aggregation='server'`` makes a server do instead for one
+  worker's push: ``kvx_decode_slots`` of one pairs payload (widen, add in float32);
+  its reply, the sum rounded once to float16 (``kvx_codec_encode``, codec 7), is one
+  more call a round, not one a worker;
 * ``copy``: ``NDArray.copy`` of the float32 tensor (4 bytes read, 4 written an element),
   the memory-bandwidth yardstick.
 
@@ -40,6 +44,8 @@ def paths(mx, op, n, rng):
     bound = limit(4)
     nan, one = mx.nd.array([np.nan]), mx.nd.array([1.0])
     merged16, merged32 = mx.nd.zeros(n, dtype=np.float16), mx.nd.zeros(n)
+    pairs, _ = op('kvx_codec_encode')(grad, grad, codec=7, a=bound, b=0.0)
+    slot = pairs.reshape((1, -1))
 
     def add_into(merged, pushed):
         merged += pushed
@@ -60,6 +66,7 @@ def paths(mx, op, n, rng):
         'copy': lambda: grad.copy(),
         'server_add_f16': lambda: add_into(merged16, summed),
         'server_add_f32': lambda: add_into(merged32, grad),
+        'server_pairs': lambda: op('kvx_decode_slots')(slot, size=n),
     }
 
 
@@ -97,6 +104,7 @@ def measure(mx, op, n, blocks, rng):
         'widen_op_over_copy': ratio('widen_op', 'copy'),
         'cast_mxnet_over_encode_ops': ratio('cast_mxnet', 'encode_ops'),
         'server_add_f16_over_f32': ratio('server_add_f16', 'server_add_f32'),
+        'server_add_f16_over_pairs': ratio('server_add_f16', 'server_pairs'),
     }
 
 
@@ -117,11 +125,12 @@ def main(argv=None):
     for r in rows:
         ms = r['ms']
         print('%10d %9.3f %9.3f %9.3f %9.3f %9.3f  encode %.1fx faster, widen %.1fx, '
-              'encode = %.1f copies, a float16 server add %.1fx a float32 one' % (
+              'encode = %.1f copies, a float16 server add %.1fx a float32 one and %.1fx '
+              'a pairs decode' % (
                   r['elements'], ms['encode_ops'], ms['encode_mxnet'], ms['widen_op'],
                   ms['widen_mxnet'], ms['copy'], r['encode_mxnet_over_ops'],
                   r['widen_mxnet_over_op'], r['encode_ops_over_copy'],
-                  r['server_add_f16_over_f32']))
+                  r['server_add_f16_over_f32'], r['server_add_f16_over_pairs']))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'machine': {'cpus': os.cpu_count(), 'platform': platform.platform(),

@@ -1287,3 +1287,61 @@ def test_plugin_has_no_test_ops():
                           timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert test_only | names <= set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+# ---- float16 pairs (dist_sync_fp16, aggregation='server') ------------------------------
+
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('error_feedback', [0, 1])
+@pytest.mark.parametrize('n', [1, 2, 2113])
+def test_fp16_pairs_encode_decode(ops, kind, error_feedback, n):
+    """The generic encoder (codec 7) writes the reference's payload and residual bit for
+    bit, and the servers' decode_slots adds two workers' halves in float32 as the
+    reference does."""
+    grad, residual = grad_residual((n,), kind, 40 + n)
+    limit = float(ref.fp16_limit(2))
+    want, want_res, status = ref.fp16_pairs_encode(grad, residual if error_feedback else None,
+                                                   limit, error_feedback)
+    assert status == 0
+    res_nd = nd(residual)
+    payload, status = ops.kvx_codec_encode(nd(grad), res_nd, codec=7, a=limit,
+                                           b=float(error_feedback))
+    assert status_of(status) == 0 and same_bits(payload.asnumpy(), want)
+    assert same_bits(res_nd.asnumpy(), want_res if error_feedback else residual)
+    other, _, _ = ref.fp16_pairs_encode(grad[::-1].copy(), None, limit, 0)
+    total, statuses = ops.kvx_decode_slots(nd(np.stack([want, other])), size=n)
+    want_total, want_statuses = ref.decode_slots(np.stack([want, other]), n)
+    assert not statuses.asnumpy().any() and not any(want_statuses)
+    assert same_bits(total.asnumpy(), want_total)
+
+
+@pytest.mark.parametrize('pattern', [0x7c00, 0xfc00, 0x7e00, 0x7c01])
+@pytest.mark.parametrize('where', [0, 1, 2])       # low half, high half, last lone half
+def test_fp16_pairs_refuse_inf_and_nan_halves(ops, pattern, where):
+    """A half Inf or NaN is no encoder's output: BAD_WORD, and the sum is void."""
+    grad = make((5,), 'randn', 3)
+    payload, _, _ = ref.fp16_pairs_encode(grad, None, 65504.0, 0)
+    halves = payload[8:].view(np.uint16).copy()
+    halves[{0: 2, 1: 3, 2: 4}[where]] = pattern
+    bad = np.concatenate([payload[:8], halves.view(f32)])
+    assert ref.fp16_pairs_decode(bad, 5)[1] == wire.BAD_WORD
+    total, statuses = ops.kvx_decode_slots(nd(bad[None, :]), size=5)
+    assert statuses.asnumpy()[0] == wire.BAD_WORD and np.isnan(total.asnumpy()).all()
+
+
+def test_fp16_pairs_words_survive_the_servers_merge(ops):
+    """Every word a pairs payload can hold (any finite high half over low halves of every
+    kind) is unchanged by what MXNet's server and the Gather transport do to payload
+    words, ``x * 1`` and ``x + 0``, but for -0.0, which becomes +0.0: the same numbers."""
+    finite = np.array([h for h in range(1 << 16) if (h & 0x7c00) != 0x7c00], np.uint32)
+    low = np.array([0, 1, 0x3c00, 0x7bff, 0x8000, 0x83ff, 0xfbff, 0x7c00, 0xffff],
+                   np.uint32)
+    words = ((finite[:, None] << 16) | low[None, :]).reshape(-1).view(f32)
+    assert np.isfinite(words).all()
+    for merged in (nd(words) * 1.0, nd(words) + 0.0,
+                   mx.nd.sparse.row_sparse_array((words[None, :], [0]), shape=(2, words.size))
+                   + mx.nd.sparse.zeros('row_sparse', (2, words.size))):
+        got = merged.asnumpy().reshape(-1)[:words.size].view(np.uint32)
+        sent = words.view(np.uint32)
+        changed = got != sent
+        assert set(sent[changed].tolist()) <= {0x80000000}

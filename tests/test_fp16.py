@@ -205,3 +205,53 @@ def test_dist_float16_sum(tmp_path, job_env, workers):
           'sum' % (workers, inexact, total))
 
 
+
+
+@pytest.mark.parametrize('workers, error_feedback', [(2, 1), (4, 0)])
+def test_dist_float16_server(tmp_path, job_env, workers, error_feedback):
+    """aggregation='server', real ps-lite job: every worker's payload is the
+    reference's pairs (its residual too), the servers add the workers' halves in
+    float32 in rank order and reply the sum rounded once to float16, and every worker
+    pulls exactly that; the bytes are 2 an element each way plus a header a chunk."""
+    params = dict(PARAMS, aggregation='server', error_feedback=error_feedback)
+    launch(tmp_path, job_env, workers, 2, [JOB, '--kvstore', 'dist_sync_fp16',
+                                           '--params', json.dumps(params),
+                                           '--steps', '3', '--out', str(tmp_path)])
+    runs = [dict(np.load(str(tmp_path / ('rank%d.npz' % w)))) for w in range(workers)]
+    scheme = Float16(**params)
+    compressed = 0
+    for key, shape in job.SHAPES.items():
+        codec = scheme.codec_for(shape, np.float32)
+        if codec.passthrough:
+            continue
+        compressed += 1
+        chunks = chunking.split(codec, PARAMS['chunk_size'])
+        residuals = [np.zeros(shape, f32) if error_feedback else None
+                     for _ in range(workers)]
+        for step in range(3):
+            outs = [run['out/%s/%d' % (key, step)] for run in runs]
+            for out in outs[1:]:
+                assert np.array_equal(out, outs[0])
+            want = np.zeros(shape, f32)
+            grads = worker_gradients(workers, step, key)
+            for chunk in chunks:
+                payloads = []
+                for w, g in enumerate(grads):
+                    res = None if residuals[w] is None else chunk.view(residuals[w])
+                    payload, new_res, status = ref.fp16_pairs_encode(
+                        chunk.view(g), res, float(ref.fp16_limit(workers)), error_feedback)
+                    assert status == 0
+                    if res is not None:
+                        res[...] = new_res.reshape(res.shape)
+                    payloads.append(payload)
+                total, statuses = ref.decode_slots(np.stack(payloads), chunk.view(g).size)
+                assert not any(statuses)
+                reply, _, _ = ref.fp16_pairs_encode(total, None, 65504.0, 0)
+                got, _ = ref.fp16_pairs_decode(reply, total.size)
+                part = chunk.view(want)
+                part[...] = got.reshape(part.shape)
+            for w in range(workers):
+                if error_feedback:
+                    assert np.array_equal(runs[w]['res/%s/%d' % (key, step)], residuals[w])
+            assert np.array_equal(outs[0], want), (key, step)
+    assert compressed >= 2

@@ -1,9 +1,11 @@
-// float16 in sum mode; see fp16.h.  Not decoded by the servers (MXNet's stock server adds
-// float16 keys), so no row of the codec table.
+// float16 in sum mode and as pairs the servers decode; see fp16.h.  Sum mode needs no
+// row of the codec table (MXNet's stock server adds float16 keys); the pairs have one.
 #include "codecs/fp16.h"
 
+#include <cmath>
 #include <cstring>
 
+#include "codec_table.h"
 #include "kernel_util.h"
 #include "stats.h"
 #include "wire.h"
@@ -60,8 +62,12 @@ KVX_INLINE float to_float(uint16_t h) {
                                  select(mag >= 0x7c00u, special, normal)));
 }
 
+// Halves as the encoders write them: into uint16_t arrays (kvx_fp16_encode's output)
+// or into a pairs payload's float32 words (may_alias: the words are float32 elsewhere).
+using HalfWords = uint16_t __attribute__((may_alias));
+
 KVX_HOT void encode_ef(const float* grad, float* residual, int64_t n, uint32_t limit_bits,
-                       uint16_t* half) {
+                       HalfWords* half) {
   for (int64_t i = 0; i < n; ++i) {
     const float acc = grad[i] + residual[i];
     const uint16_t h = to_half(acc, limit_bits);
@@ -70,12 +76,41 @@ KVX_HOT void encode_ef(const float* grad, float* residual, int64_t n, uint32_t l
   }
 }
 
-KVX_HOT void encode_plain(const float* grad, int64_t n, uint32_t limit_bits, uint16_t* half) {
+KVX_HOT void encode_plain(const float* grad, int64_t n, uint32_t limit_bits, HalfWords* half) {
   for (int64_t i = 0; i < n; ++i) half[i] = to_half(grad[i], limit_bits);
 }
 
-KVX_HOT void widen(const uint16_t* half, int64_t n, float* out) {
+KVX_HOT void widen(const HalfWords* half, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = to_float(half[i]);
+}
+
+KVX_HOT void widen_add(const HalfWords* half, int64_t n, float* acc) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += to_float(half[i]);
+}
+
+// True if every half is finite (exponent below 31).
+KVX_HOT bool halves_finite(const HalfWords* half, int64_t n) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((half[i] & 0x7c00u) == 0x7c00u);
+  return bad == 0;
+}
+
+// The body of a pairs payload as halves: little-endian words hold half 2j in their low
+// 16 bits, so the body read as uint16_t is the halves in order.
+HalfWords* body_halves(float* payload) {
+  return reinterpret_cast<HalfWords*>(payload + kHeaderWords);
+}
+const HalfWords* body_halves(const float* payload) {
+  return reinterpret_cast<const HalfWords*>(payload + kHeaderWords);
+}
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "pairs assume little-endian words");
+
+int check_pairs(const float* payload, int64_t payload_words, int64_t n) {
+  float a, b;
+  const int status = check_header(payload, payload_words, kCodecFp16Pairs, n, &a, &b);
+  if (status != kOk) return status;
+  if (payload_words != fp16_pairs_payload_words(n)) return kBadSize;
+  return halves_finite(body_halves(payload), n) ? kOk : kBadWord;
 }
 
 }  // namespace
@@ -98,5 +133,58 @@ int fp16_encode(const float* grad, float* residual, int64_t n, float limit, uint
 }
 
 void fp16_widen(const uint16_t* half, int64_t n, float* out) { widen(half, n, out); }
+
+int fp16_pairs_encode(const float* grad, float* residual, int64_t n, float limit,
+                      float error_feedback, float* payload) {
+  if (n < 0) return kBadParam;
+  const int64_t words = fp16_pairs_payload_words(n);
+  if (!count_fits_header(n) || !exact_in_f32(words - kHeaderWords)) {
+    zero(payload, words);
+    return kBadSize;
+  }
+  if (!(limit > 0.0f && limit <= 65504.0f) ||
+      (error_feedback != 0.0f && error_feedback != 1.0f)) {
+    zero(payload, words);
+    return kBadParam;
+  }
+  const bool feedback = error_feedback == 1.0f;
+  const bool finite = feedback ? acc_all_finite(grad, residual, n) : all_finite(grad, n);
+  if (!finite) {
+    zero(payload, words);
+    return kNonFinite;
+  }
+  write_header(payload, kCodecFp16Pairs, n, limit, error_feedback, words - kHeaderWords);
+  HalfWords* half = body_halves(payload);
+  if (feedback)
+    encode_ef(grad, residual, n, bits(limit), half);
+  else
+    encode_plain(grad, n, bits(limit), half);
+  if (n % 2) half[n] = 0;
+  return kOk;
+}
+
+int fp16_pairs_decode(const float* payload, int64_t payload_words, int64_t n, float* out) {
+  const int status = check_pairs(payload, payload_words, n);
+  if (status != kOk) {
+    zero(out, n);
+    return status;
+  }
+  widen(body_halves(payload), n, out);
+  return kOk;
+}
+
+int fp16_pairs_decode_add(const float* payload, int64_t payload_words, int64_t n,
+                          float* acc) {
+  const int status = check_pairs(payload, payload_words, n);
+  if (status != kOk) return status;
+  widen_add(body_halves(payload), n, acc);
+  return kOk;
+}
+
+// The servers' row (codec_table.h): a = limit, b = error feedback (0 or 1).
+KVX_REGISTER_CODEC(kFp16PairsRow, kCodecFp16Pairs,
+    "fp16_pairs", fp16_pairs_decode, fp16_pairs_decode_add,
+    [](int64_t n, float, float) { return fp16_pairs_payload_words(n); },
+    fp16_pairs_encode);
 
 }  // namespace kvx

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "wire.h"
+
 namespace kvx {
 
 // float16 bits of a float32 of magnitude <= 65504, rounded to nearest, ties to even
@@ -25,6 +27,29 @@ int fp16_encode(const float* grad, float* residual, int64_t n, float limit, uint
 
 // out[i] = half_to_float(half[i]): the pulled sum, widened (NaN stays NaN).
 void fp16_widen(const uint16_t* half, int64_t n, float* out);
+
+// ---- server aggregation: float16 pairs, decoded by the servers ------------------------
+//
+// The halves of fp16_encode, two to a float32 word after the header: word j holds half
+// 2j in its low 16 bits and half 2j + 1 in its high 16 (a last odd half with zeros).  A
+// payload carries raw bits, which no other codec does (python/kvx_ref/wire.py says
+// why they avoid it), and survives the transport because every half is finite: the
+// float32 exponent field of a word is the high half's 5-bit exponent and 3 mantissa
+// bits, which are all ones only for a half Inf or NaN, so no word is NaN or Inf, and a
+// server's `x + 0` and `x * 1` keep every other word bit for bit (but -0.0, a pair of
+// zeros with the high one negative, which becomes +0.0: the same numbers).  Header:
+// a = the clip limit, b = 1 with error feedback (the residual updated) else 0 (the
+// residual neither read nor written; it may be grad itself).
+constexpr float kCodecFp16Pairs = 7.0f;
+
+inline int64_t fp16_pairs_payload_words(int64_t n) { return kHeaderWords + ceil_div(n, 2); }
+
+int fp16_pairs_encode(const float* grad, float* residual, int64_t n, float limit,
+                      float error_feedback, float* payload);
+// kBadWord if any half is Inf or NaN (no encoder writes one: a corrupted payload).
+int fp16_pairs_decode(const float* payload, int64_t payload_words, int64_t n, float* out);
+int fp16_pairs_decode_add(const float* payload, int64_t payload_words, int64_t n,
+                          float* acc);
 
 }  // namespace kvx
 

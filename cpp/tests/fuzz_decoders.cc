@@ -116,6 +116,10 @@ std::vector<float> valid_payload(Words& w, const char* name, int64_t n) {
     const int64_t k = 1 + static_cast<int64_t>(w.below(static_cast<uint64_t>(n)));
     p.resize(static_cast<size_t>(kvx::element_topk_payload_words(n, k)));
     kvx::element_topk_encode(grad.data(), residual.data(), n, k, p.data());
+  } else if (!std::strcmp(name, "fp16_pairs")) {
+    p.resize(static_cast<size_t>(kvx::fp16_pairs_payload_words(n)));
+    kvx::fp16_pairs_encode(grad.data(), residual.data(), n, 65504.0f,
+                           w.chance(50) ? 1.0f : 0.0f, p.data());
   } else if (!std::strcmp(name, "outer")) {
     int64_t out = 1 + static_cast<int64_t>(w.below(8));
     while (n % out) --out;

@@ -583,11 +583,52 @@ def fp16_server_sum(halves):
 
 # -- server-decode aggregation ----------------------------------------------------
 
+# -- float16 pairs, decoded by the servers (dist_sync_fp16, aggregation='server') -------
+
+def fp16_pairs_encode(grad, residual, limit, error_feedback):
+    """fp16_encode's halves (clip at ``limit``), two to a float32 word after the header:
+    word j holds half 2j in its low 16 bits and half 2j + 1 in its high 16 (a last odd
+    half with zeros); header a = limit, b = error_feedback (1: the residual keeps
+    acc - half; 0: acc is the gradient, the residual is neither read nor returned
+    changed). The words are raw bits, never NaN or Inf: a word's exponent field is its
+    high half's exponent and 3 mantissa bits, all ones only for a half Inf or NaN.
+    Returns (payload, new residual, status)."""
+    grad = np.asarray(grad, f32).reshape(-1)
+    n = grad.size
+    words = HEADER_WORDS + (n + 1) // 2
+    acc = _acc(grad, np.reshape(residual, -1)) if error_feedback else grad
+    kept = None if residual is None else np.asarray(residual, f32).copy()
+    if not np.isfinite(acc).all():
+        return np.zeros(words, f32), kept, NONFINITE
+    half = np.clip(acc, -f32(limit), f32(limit)).astype(np.float16)
+    body = np.zeros(2 * (words - HEADER_WORDS), np.float16)
+    body[:n] = half
+    payload = np.concatenate([wire.make_header(wire.FP16_PAIRS, n, limit, error_feedback,
+                                               words - HEADER_WORDS),
+                              body.view(np.uint16).view(f32)])
+    if error_feedback:
+        kept = (acc - half.astype(f32)).astype(f32)
+    return payload, kept, OK
+
+
+def fp16_pairs_decode(payload, n):
+    """The halves widened to float32; BAD_WORD if any half is Inf or NaN."""
+    status, _, _ = wire.check_header(payload, wire.FP16_PAIRS, n)
+    if status == OK and payload.size != HEADER_WORDS + (n + 1) // 2:
+        status = wire.BAD_SIZE
+    if status != OK:
+        return np.zeros(n, f32), status
+    half = np.ascontiguousarray(payload[HEADER_WORDS:]).view(np.float16)[:n]
+    if not np.isfinite(half).all():
+        return np.zeros(n, f32), wire.BAD_WORD
+    return half.astype(f32), OK
+
+
 from .dad import outer_decode  # noqa: E402  (dad.py imports wire only)
 
 _DECODERS = {wire.FP32: fp32_decode, wire.TOPK: topk_decode, wire.TERNARY: ternary_decode,
              wire.ADACOMP: adacomp_decode, wire.ELEMENT_TOPK: element_topk_decode,
-             wire.OUTER: outer_decode}
+             wire.OUTER: outer_decode, wire.FP16_PAIRS: fp16_pairs_decode}
 
 
 def register_decoder(codec_id, decode):

@@ -2,9 +2,10 @@
 
 Why integers in float containers: MXNet's dist server only adds floating types, and
 its merge of row_sparse slots computes ``x + 0``, which does not preserve arbitrary
-bit patterns (``-0.0``, signalling NaNs, denormals under DAZ).  So no payload ever
-carries raw bits: every integer (codes, indices, counts) is stored as an exactly
-representable float (below 2**24 in float32, below 2**53 in float64).
+bit patterns (``-0.0``, signalling NaNs, denormals under DAZ).  So every integer
+(codes, indices, counts) is stored as an exactly representable float (below 2**24 in
+float32, below 2**53 in float64).  One codec carries raw bits: float16 pairs
+(codecs.py, ``fp16_pairs_encode``), whose words are never NaN or Inf.
 
 Header: 8 float32 words at the start of every server-decoded payload::
 
@@ -21,7 +22,7 @@ HEADER_WORDS = 8
 MANTISSA_BITS = {np.dtype(np.float32): 24, np.dtype(np.float64): 53}
 
 # codec ids (header word 1)
-FP32, TOPK, TERNARY, ADACOMP, ELEMENT_TOPK, OUTER = 1, 2, 3, 4, 5, 6
+FP32, TOPK, TERNARY, ADACOMP, ELEMENT_TOPK, OUTER, FP16_PAIRS = 1, 2, 3, 4, 5, 6, 7
 
 # status codes returned by encoders and decoders (0 = ok)
 OK, NONFINITE, BAD_MAGIC, BAD_VERSION, BAD_CODEC, BAD_SIZE, BAD_PARAM, BAD_INDEX, BAD_WORD, \
