@@ -14,7 +14,7 @@ from kvx_ref import codecs as ref
 
 import kvstore_ext  # noqa: F401
 from kvstore_ext.codecs import fp16
-from kvstore_ext.codecs import Float16Codec
+from kvstore_ext.codecs import Float16Codec, Float16PairsCodec
 from kvstore_ext.schemes import Float16
 from kvstore_ext import chunking
 
@@ -93,16 +93,19 @@ def test_overflow_drains_through_the_residual():
     assert kv.key_state('w').residual[0] == 0
 
 
+@pytest.mark.parametrize('aggregation', ['sum', 'server'])
 @pytest.mark.parametrize('error_feedback', [0, 1])
 @pytest.mark.parametrize('value', [np.nan, np.inf, -np.inf])
-def test_nonfinite_voids_on_the_engine_and_warns_later(caplog, error_feedback, value):
+def test_nonfinite_voids_on_the_engine_and_warns_later(caplog, error_feedback, value,
+                                                        aggregation):
     """A NaN or +-Inf (which the clip would make finite) in the gradient: the sum is
     NaN everywhere, the residual stays bit for bit, and the warning naming the key and
     this worker comes when the status is read (the key's inspection or next step), not
     during the step; the next finite step equals a store that never saw the bad one."""
     import logging
     rng = np.random.default_rng(4)
-    kv, twin = _store(error_feedback=error_feedback), _store(error_feedback=error_feedback)
+    kv, twin = [_store(error_feedback=error_feedback, aggregation=aggregation)
+                for _ in range(2)]
     grads = [rng.standard_normal((300, 7)).astype(f32) for _ in range(3)]
     for g in grads[:2]:
         kv.pushpull('w', mx.nd.array(g))
@@ -145,6 +148,11 @@ def test_wire_bytes_halve():
     kv.pushpull('w', mx.nd.ones((1000, 3)))
     stats = kv.comm_stats()
     assert stats['push_bytes'] == stats['pull_bytes'] == stats['raw_bytes'] // 2 == 6000
+    # server aggregation: the same halves two to a word, and a header of 8 words
+    kv = _store(aggregation='server')
+    kv.pushpull('w', mx.nd.ones((1000, 3)))
+    stats = kv.comm_stats()
+    assert stats['push_bytes'] == stats['pull_bytes'] == 6000 + 4 * 8
 
 
 def test_scheme():
@@ -155,6 +163,10 @@ def test_scheme():
     # no error feedback by default (docs/decisions/fp16-error-feedback.md)
     assert not scheme.codec_for((512, 3136), np.float32).uses_residual
     assert Float16(error_feedback=1).codec_for((512, 3136), np.float32).uses_residual
+    server = Float16(aggregation='server').codec_for((512, 3136), np.float32)
+    assert isinstance(server, Float16PairsCodec) and not server.uses_residual
+    with pytest.raises(ValueError):
+        Float16(aggregation='servers')
 
 
 PARAMS = {'size_threshold': 100, 'chunk_size': 1024, 'error_feedback': 1}
