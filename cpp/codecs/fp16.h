@@ -2,7 +2,7 @@
 // acc = grad + residual clipped to +-limit and rounded to float16 (nearest, ties to even,
 // as NumPy's astype), and keeps acc minus what it sent.  One op does what took MXNet nine
 // (add, finite check, where, multiply, clip, two casts, subtract, copy): two passes over
-// the tensor instead of about twenty, about 9x faster on cnn512's 512 x 3136 weight
+// the tensor instead of about twenty, 8-12x faster on cnn512's 512 x 3136 weight
 // (bench/fp16_kernels.py), where MXNet's cast to float16 alone took longer than the op.
 #ifndef KVX_CODECS_FP16_H_
 #define KVX_CODECS_FP16_H_

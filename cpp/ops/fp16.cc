@@ -3,8 +3,8 @@
 //   kvx_fp16_encode(grad, residual*; limit)  -> half f16[n], status f32[1]
 //   kvx_fp16_round(grad; limit)              -> half f16[n], status f32[1]
 //                                  (no error feedback: nothing kept)
-//   kvx_fp16_widen(half f16)                 -> f32 of half's shape (MXNet's cast took
-//                                  1.5-2.5x as long below 10^7 elements)
+//   kvx_fp16_widen(half f16)                 -> f32 of half's shape (MXNet's cast was
+//                                  slower below 10^7 elements: bench/fp16_kernels.py)
 //
 // A NaN or Inf in acc makes every half NaN and leaves the residual as it was
 // (codecs/fp16.h): the worker pushes the halves before anyone reads the status, and the

@@ -77,7 +77,7 @@ class Float16PairsCodec(GatherCodec):
     (cpp/codecs/fp16.h, kvx_ref ``fp16_pairs_encode``); the servers widen every
     worker's halves and add them in float32 with the plugin's kernels, and reply the sum
     rounded once to float16, as pairs again. Why: MXNet's stock server adds float16 keys
-    element by element through a software conversion, 10.9x a float32 add
+    element by element through a software conversion, 11-13x a float32 add
     (bench/fp16_kernels.py), and at 4 workers on 2 cores that add was most of sum mode's
     cost over ``dist_sync``. Bytes: 2 an element each way, plus a header."""
 

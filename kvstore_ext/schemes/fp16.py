@@ -21,7 +21,7 @@ Per tensor, after the worker has summed its devices:
    workers pull the float16 sum. ``'server'``: the halves travel two to a float32 word
    and the servers decode and add them in float32 with the plugin's kernels, then
    reply the sum rounded once to float16 (codecs/fp16.py, ``Float16PairsCodec``):
-   MXNet's float16 add converts in software, 10.9x a float32 add. Either way both
+   MXNet's float16 add converts in software, 11-13x a float32 add. Either way both
    directions carry 2 bytes an element (2x smaller than float32), and the last
    rounding is not fed back (docs/schemes/fp16.md).
 """
@@ -41,10 +41,11 @@ class Float16(Scheme):
                                 'accuracy on cnn512 over 6 seeds, a faster step',
                                 low=0, high=1, rank='tune'),
         'aggregation': Param('str', 'sum', "'sum': MXNet's stock server adds float16 "
-                             "keys (in software, 10.9x a float32 add); 'server': the "
+                             "keys (in software, 11-13x a float32 add); 'server': the "
                              'servers decode the halves and add them in float32 with the '
                              "plugin's kernels, then reply the sum as float16: the same "
-                             'bytes and result, less server CPU',
+                             'bytes, less server CPU, but slower on loopback at 4 '
+                             'workers (its Gather round costs more than the add saves)',
                              choices=('sum', 'server'), rank='tune'),
         'size_threshold': SIZE_THRESHOLD,
     }
