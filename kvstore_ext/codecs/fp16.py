@@ -114,9 +114,8 @@ class Float16PairsCodec(GatherCodec):
         total = yield self.gather(self.encode(grad, state.residual, num_workers))
         return total.reshape(self.shape)
 
-    def step_sent(self, grad, state, num_workers, rank):
-        total = yield from self.step(grad, state, num_workers, rank)
-        return total, None
+    # GatherCodec's step_sent encodes without the worker count: the plain one, over step
+    step_sent = Codec.step_sent
 
     def encode(self, grad, residual, num_workers=1):
         """The payload, clipped at ``limit(num_workers)`` as in sum mode, so that the

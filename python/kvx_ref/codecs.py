@@ -581,8 +581,6 @@ def fp16_server_sum(halves):
     return total.astype(np.float16)
 
 
-# -- server-decode aggregation ----------------------------------------------------
-
 # -- float16 pairs, decoded by the servers (dist_sync_fp16, aggregation='server') -------
 
 def fp16_pairs_encode(grad, residual, limit, error_feedback):
@@ -623,6 +621,8 @@ def fp16_pairs_decode(payload, n):
         return np.zeros(n, f32), wire.BAD_WORD
     return half.astype(f32), OK
 
+
+# -- server-decode aggregation ----------------------------------------------------
 
 from .dad import outer_decode  # noqa: E402  (dad.py imports wire only)
 
