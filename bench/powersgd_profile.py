@@ -30,7 +30,10 @@ per training step after the first ``--skip`` steps:
   The ``wait`` columns are wall minus the Python thread's CPU of those calls.
 
 The job's CPU (scheduler, servers and workers, from the launcher's children) is
-reported too. With ``--naive``, MXNet runs every operator on the calling thread
+reported too, and split by role: each scheduler and server node runs under a wrapper
+(``--node``) that writes its own CPU (all threads, from start-up to exit) when it
+ends, so the workers' share is the job's less theirs. Per step, that is each role's
+CPU over the steps a worker ran (start-up included: compare kvstores, not absolutes). With ``--naive``, MXNet runs every operator on the calling thread
 (MXNET_ENGINE_TYPE=NaiveEngine): ``codec`` CPU is then the codec's arithmetic itself
 (threaded, it is the Python that dispatches it).
 
@@ -157,6 +160,32 @@ def worker(out_dir, skip, argv):
         dump()
 
 
+def node(out_dir):
+    """A scheduler or server: MXNet's own (started by ``import mxnet``), then its CPU."""
+    import atexit
+    import resource
+
+    def dump():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        name = '%s-%d.json' % (os.environ.get('DMLC_ROLE', 'node'), os.getpid())
+        with open(os.path.join(out_dir, name), 'w') as f:
+            json.dump({'role': os.environ.get('DMLC_ROLE'),
+                       'cpu_s': usage.ru_utime + usage.ru_stime}, f)
+    atexit.register(dump)
+    import mxnet  # noqa: F401  (serves until the job ends, then exits)
+
+
+def node_cpu(out_dir):
+    """{role: CPU seconds summed over that role's nodes} of the non-worker nodes."""
+    cpu = {}
+    for name in os.listdir(out_dir):
+        if name.startswith(('server-', 'scheduler-')):
+            with open(os.path.join(out_dir, name)) as f:
+                row = json.load(f)
+            cpu[row['role']] = cpu.get(row['role'], 0.0) + row['cpu_s']
+    return cpu
+
+
 # -- one process: the operators -------------------------------------------------------
 
 def operator_profile(kvstore, steps=50):
@@ -196,11 +225,16 @@ def run_job(kvstore, args, out_dir):
     env = dict(os.environ, OMP_NUM_THREADS='1')
     if args.naive:
         env['MXNET_ENGINE_TYPE'] = 'NaiveEngine'
-    train = ['--model', 'cnn512', '--kvstore', kvstore, '--batch-size', '32', '--lr', '0.05',
+    name, _, params = kvstore.partition(':')     # dist_sync_fp16:aggregation=server
+    params = dict(pair.split('=', 1) for pair in params.split(',') if pair)
+    params = {k: v if v.isalpha() else json.loads(v) for k, v in params.items()}
+    train = ['--model', 'cnn512', '--kvstore', name, '--batch-size', '32',
+             '--compression-params', json.dumps(params), '--lr', '0.05',
              '--momentum', '0.9', '--lr-mode', 'constant', '--num-epochs', str(args.epochs),
              '--seed', '1', '--log-interval', '0']
+    node = '%s %s --node %s' % (sys.executable, os.path.abspath(__file__), out_dir)
     cmd = [sys.executable, '-m', 'kvstore_ext.launch', '-n', '4', '-s', '2', '--timeout',
-           str(args.timeout), '--', sys.executable, os.path.abspath(__file__), '--worker',
+           str(args.timeout), '--server-command', node, '--', sys.executable, os.path.abspath(__file__), '--worker',
            out_dir, '--skip', str(args.skip), '--'] + train
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
@@ -237,6 +271,9 @@ def report(kvstore, summary, job_cpu, job_wall):
     step = summary['step']
     print('%s: %d steps a worker (after the first ones), job CPU %.1f s in %.1f s'
           % (kvstore, summary['steps_per_worker'], job_cpu, job_wall))
+    roles = summary.get('role_cpu_s')
+    if roles:
+        print('  CPU by role: ' + ', '.join('%s %.1f s' % kv for kv in sorted(roles.items())))
     print('  step: wall %.1f ms, worker CPU %.1f ms (Python thread %.1f, engine threads %.1f)'
           % (step['wall_ms'], step['process_cpu_ms'], step['cpu_ms'], step['engine_cpu_ms']))
     for name in TIMERS:
@@ -250,7 +287,9 @@ def report(kvstore, summary, job_cpu, job_wall):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--kvstores', nargs='+', default=list(KVSTORES))
+    p.add_argument('--kvstores', nargs='+', default=list(KVSTORES),
+                   help='kvstore types, each with its parameters if any: '
+                        'dist_sync_fp16:aggregation=server,error_feedback=1')
     p.add_argument('--epochs', type=int, default=1,
                    help='epochs of 31 steps (a step that spans an evaluation counts it)')
     p.add_argument('--skip', type=int, default=3, help='first steps not counted')
@@ -261,7 +300,11 @@ def main():
     p.add_argument('--ops', action='store_true',
                    help='no job: the operator profile of each kvstore in one process')
     p.add_argument('--worker', metavar='DIR', help=argparse.SUPPRESS)
+    p.add_argument('--node', metavar='DIR', help=argparse.SUPPRESS)
     args, rest = p.parse_known_args()
+    if args.node:
+        node(args.node)
+        return
     if args.worker:
         worker(args.worker, args.skip, rest[1:] if rest[:1] == ['--'] else rest)
         return
@@ -284,7 +327,9 @@ def main():
                     print(f.read()[-3000:])
                 sys.exit('%s: job exited %d' % (kvstore, code))
             summary = summarise(out_dir)
-        summary.update(job_cpu_s=job_cpu, job_wall_s=job_wall)
+            roles = node_cpu(out_dir)
+        roles['worker'] = job_cpu - sum(roles.values())
+        summary.update(job_cpu_s=job_cpu, job_wall_s=job_wall, role_cpu_s=roles)
         results['runs'][kvstore] = summary
         report(kvstore, summary, job_cpu, job_wall)
     if args.json:
