@@ -6,6 +6,8 @@ the MXNet operators they replace, and against a copy of the tensor.
   engine-side (``grad + residual``, ``kvx_finite_check``, ``where``, ``broadcast_mul``
   by 1 or NaN, ``clip``, ``astype(float16)``, ``astype(float32)``, subtraction, and
   a copy into the residual);
+* ``round``: ``kvx_fp16_round``, the default (no error feedback): finite check, clip and
+  rounding in one pass (the CPU's float16 conversion where it has F16C);
 * ``widen``: ``kvx_fp16_widen`` of the pulled sum against ``astype(float32)``;
 * ``cast``: MXNet's ``astype(float16)`` alone;
 * ``server add``: ``a += b`` on float16 NDArrays against float32 ones: what MXNet's stock
@@ -60,6 +62,7 @@ def paths(mx, op, n, rng):
     return {
         'encode_ops': lambda: op('kvx_fp16_encode')(grad, residual, limit=bound),
         'encode_mxnet': engine_ops,
+        'round_op': lambda: op('kvx_fp16_round')(grad, limit=bound),
         'widen_op': lambda: op('kvx_fp16_widen')(summed),
         'widen_mxnet': lambda: summed.astype(np.float32),
         'cast_mxnet': lambda: grad.astype(np.float16),
@@ -103,6 +106,8 @@ def measure(mx, op, n, blocks, rng):
         'encode_ops_over_copy': ratio('encode_ops', 'copy'),
         'widen_op_over_copy': ratio('widen_op', 'copy'),
         'cast_mxnet_over_encode_ops': ratio('cast_mxnet', 'encode_ops'),
+        'round_op_over_copy': ratio('round_op', 'copy'),
+        'cast_mxnet_over_round_op': ratio('cast_mxnet', 'round_op'),
         'server_add_f16_over_f32': ratio('server_add_f16', 'server_add_f32'),
         'server_add_f16_over_pairs': ratio('server_add_f16', 'server_pairs'),
     }
@@ -120,16 +125,17 @@ def main(argv=None):
     from kvstore_ext.ops import op
     rng = np.random.default_rng(0)
     rows = [measure(mx, op, int(float(s)), args.blocks, rng) for s in args.sizes.split(',')]
-    print('%10s %9s %9s %9s %9s %9s  %s' % ('elements', 'encode', 'mxnet', 'widen',
-                                            'mxnet', 'copy', 'ms a call; ratios'))
+    print('%10s %9s %9s %9s %9s %9s %9s  %s' % ('elements', 'encode', 'mxnet', 'round',
+                                                 'widen', 'mxnet', 'copy',
+                                                 'ms a call; ratios'))
     for r in rows:
         ms = r['ms']
-        print('%10d %9.3f %9.3f %9.3f %9.3f %9.3f  encode %.1fx faster, widen %.1fx, '
-              'encode = %.1f copies, a float16 server add %.1fx a float32 one and %.1fx '
-              'a pairs decode' % (
-                  r['elements'], ms['encode_ops'], ms['encode_mxnet'], ms['widen_op'],
-                  ms['widen_mxnet'], ms['copy'], r['encode_mxnet_over_ops'],
-                  r['widen_mxnet_over_op'], r['encode_ops_over_copy'],
+        print('%10d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f  encode %.1fx faster, widen %.1fx, '
+              'encode = %.1f copies, round = %.2f copies, a float16 server add %.1fx a '
+              'float32 one and %.1fx a pairs decode' % (
+                  r['elements'], ms['encode_ops'], ms['encode_mxnet'], ms['round_op'],
+                  ms['widen_op'], ms['widen_mxnet'], ms['copy'], r['encode_mxnet_over_ops'],
+                  r['widen_mxnet_over_op'], r['encode_ops_over_copy'], r['round_op_over_copy'],
                   r['server_add_f16_over_f32'], r['server_add_f16_over_pairs']))
     if args.json:
         with open(args.json, 'w') as f:

@@ -5,6 +5,11 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(KVX_NO_CLONES)
+#define KVX_F16C 1
+#include <immintrin.h>
+#endif
+
 #include "codec_table.h"
 #include "kernel_util.h"
 #include "stats.h"
@@ -76,8 +81,51 @@ KVX_HOT void encode_ef(const float* grad, float* residual, int64_t n, uint32_t l
   }
 }
 
-KVX_HOT void encode_plain(const float* grad, int64_t n, uint32_t limit_bits, HalfWords* half) {
-  for (int64_t i = 0; i < n; ++i) half[i] = to_half(grad[i], limit_bits);
+// Without a residual the finite check rides along (one pass over grad, not two): true if
+// every grad[i] was finite; the halves of a non-finite one are unspecified.
+KVX_HOT bool encode_plain_portable(const float* grad, int64_t n, uint32_t limit_bits,
+                                   HalfWords* half) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bad |= static_cast<uint32_t>((bits(grad[i]) & 0x7fffffffu) >= 0x7f800000u);
+    half[i] = to_half(grad[i], limit_bits);
+  }
+  return bad == 0;
+}
+
+#ifdef KVX_F16C
+// The same with the CPU's own conversion (F16C's vcvtps2ph rounds to nearest even,
+// subnormal halves included, whatever MXCSR says): 8 floats an instruction where the
+// portable loop takes about ten integer operations a float.  The clip is a float min
+// of the magnitude (a NaN's is replaced by the limit, and reported as not finite).
+__attribute__((target("avx2,f16c"))) bool encode_plain_f16c(const float* grad, int64_t n,
+                                                            uint32_t limit_bits,
+                                                            HalfWords* half) {
+  const __m256 limit = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(limit_bits)));
+  const __m256 magnitude_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i below_inf = _mm256_set1_epi32(0x7f7fffff);
+  __m256i bad = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(grad + i);
+    const __m256 mag = _mm256_and_ps(x, magnitude_mask);
+    bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_castps_si256(mag), below_inf));
+    const __m256 clipped = _mm256_or_ps(_mm256_min_ps(mag, limit),
+                                        _mm256_andnot_ps(magnitude_mask, x));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(half + i),
+                     _mm256_cvtps_ph(clipped, _MM_FROUND_TO_NEAREST_INT));
+  }
+  const bool tail_finite = encode_plain_portable(grad + i, n - i, limit_bits, half + i);
+  return tail_finite && _mm256_testz_si256(bad, bad);
+}
+#endif
+
+bool encode_plain(const float* grad, int64_t n, uint32_t limit_bits, HalfWords* half) {
+#ifdef KVX_F16C
+  static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  if (f16c) return encode_plain_f16c(grad, n, limit_bits, half);
+#endif
+  return encode_plain_portable(grad, n, limit_bits, half);
 }
 
 KVX_HOT void widen(const HalfWords* half, int64_t n, float* out) {
@@ -120,15 +168,14 @@ float half_to_float(uint16_t h) { return to_float(h); }
 
 int fp16_encode(const float* grad, float* residual, int64_t n, float limit, uint16_t* half) {
   if (n < 0) return kBadParam;
-  const bool finite = residual ? acc_all_finite(grad, residual, n) : all_finite(grad, n);
+  // with a residual, nothing may be written before the whole acc is known finite
+  const bool finite = residual ? acc_all_finite(grad, residual, n)
+                               : encode_plain(grad, n, bits(limit), half);
   if (!finite) {
     for (int64_t i = 0; i < n; ++i) half[i] = 0x7e00u;  // quiet NaN
     return kNonFinite;
   }
-  if (residual)
-    encode_ef(grad, residual, n, bits(limit), half);
-  else
-    encode_plain(grad, n, bits(limit), half);
+  if (residual) encode_ef(grad, residual, n, bits(limit), half);
   return kOk;
 }
 
@@ -148,17 +195,15 @@ int fp16_pairs_encode(const float* grad, float* residual, int64_t n, float limit
     return kBadParam;
   }
   const bool feedback = error_feedback == 1.0f;
-  const bool finite = feedback ? acc_all_finite(grad, residual, n) : all_finite(grad, n);
+  HalfWords* half = body_halves(payload);
+  const bool finite = feedback ? acc_all_finite(grad, residual, n)
+                               : encode_plain(grad, n, bits(limit), half);
   if (!finite) {
     zero(payload, words);
     return kNonFinite;
   }
   write_header(payload, kCodecFp16Pairs, n, limit, error_feedback, words - kHeaderWords);
-  HalfWords* half = body_halves(payload);
-  if (feedback)
-    encode_ef(grad, residual, n, bits(limit), half);
-  else
-    encode_plain(grad, n, bits(limit), half);
+  if (feedback) encode_ef(grad, residual, n, bits(limit), half);
   if (n % 2) half[n] = 0;
   return kOk;
 }

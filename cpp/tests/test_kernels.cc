@@ -1444,6 +1444,41 @@ void test_fp16() {
     CHECK_EQ(kvx::fp16_encode(g.data(), nullptr, 100, 65504.0f, half.data()),
              bad == 3e38f ? kvx::kOk : kvx::kNonFinite);
   }
+  // without a residual the encoder has a loop of its own (the CPU's conversion where it
+  // has one): every half, every midpoint and its neighbours, both signs, clipped, as
+  // float_to_half; a NaN or Inf in the vector body or the tail voids the call
+  Floats values;
+  for (uint32_t h = 0; h < 0x7c00u; ++h) {
+    const float x = kvx::half_to_float(static_cast<uint16_t>(h));
+    const float mid = h + 1 < 0x7c00u
+        ? static_cast<float>((static_cast<double>(x) +
+                              kvx::half_to_float(static_cast<uint16_t>(h + 1))) / 2)
+        : 7e4f;
+    for (float v : {x, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, kInf)})
+      for (float s : {1.0f, -1.0f}) values.push_back(s * v);
+  }
+  for (float v : {1e-40f, -1e-40f, 3e38f, -3e38f, 65520.0f, -0.0f}) values.push_back(v);
+  for (float limit : {65504.0f, 1024.0f}) {
+    half.assign(values.size(), 0);
+    CHECK_EQ(kvx::fp16_encode(values.data(), nullptr, static_cast<int64_t>(values.size()),
+                              limit, half.data()), kvx::kOk);
+    mismatches = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float clipped = std::fmax(-limit, std::fmin(limit, values[i]));
+      if (half[i] != kvx::float_to_half(values[i] == 0.0f ? values[i] : clipped)) ++mismatches;
+    }
+    CHECK_EQ(mismatches, 0);
+  }
+  for (size_t at : {size_t{0}, size_t{13}, values.size() - 1}) {
+    for (float bad : {kNaN, -kInf}) {
+      Floats g = values;
+      g[at] = bad;
+      CHECK_EQ(kvx::fp16_encode(g.data(), nullptr, static_cast<int64_t>(g.size()), 65504.0f,
+                                half.data()), kvx::kNonFinite);
+      CHECK(std::isnan(kvx::half_to_float(half[at])) &&
+            std::isnan(kvx::half_to_float(half[1])));
+    }
+  }
 }
 
 int main() {
