@@ -112,22 +112,28 @@ DEFAULTS = 'schemes_4w_short_defaults.json'
 
 # Schemes whose defaults changed after the defaults run: their rows come from the runs at
 # today's defaults, each paired with the dist_sync run of the same seed in the same file
-# (same model, workers and schedule): {spec: (spec in those files, [(file, key)])}.
+# (same model, workers and schedule): {spec: [(file, key, the spec's name in that file)]}
+# (a run names the parameters it set, so today's defaults go by other names in older
+# files: float16's error_feedback=0 was a setting before it was the default).
+SCHEME_STEP = 'loopback_step_4w_cnn512_default_schemes.json'   # every default scheme, 10 seeds
 CHANGED_DEFAULTS = {
-    'dist_sync_powersgd': ('dist_sync_powersgd', [('torch_ddp_side_by_side.json', 'ours'),
-                           ('powersgd_fp16_4w_short_seeds4-6.json', 'runs')]),
-    'dist_sync_fp16': ('dist_sync_fp16(error_feedback=0)', [
-        ('torch_ddp_side_by_side.json', 'ours'), ('powersgd_fp16_4w_short_seeds4-6.json', 'runs')]),
+    'dist_sync_powersgd': [('torch_ddp_side_by_side.json', 'ours', 'dist_sync_powersgd'),
+                           ('powersgd_fp16_4w_short_seeds4-6.json', 'runs',
+                            'dist_sync_powersgd'),
+                           (SCHEME_STEP, 'runs', 'dist_sync_powersgd')],
+    'dist_sync_fp16': [('torch_ddp_side_by_side.json', 'ours', 'dist_sync_fp16(error_feedback=0)'),
+                       ('powersgd_fp16_4w_short_seeds4-6.json', 'runs',
+                        'dist_sync_fp16(error_feedback=0)'),
+                       (SCHEME_STEP, 'runs', 'dist_sync_fp16')],
 }
 
 
 def changed_default_row(spec):
     """The summary row of a scheme whose defaults changed (CHANGED_DEFAULTS), in
     promise.summarize's fields that the tables read."""
-    label, sources = CHANGED_DEFAULTS[spec]
     accs, diffs, seeds_ = [], [], []
     push, pull = [], []
-    for name, key in sources:
+    for name, key, label in CHANGED_DEFAULTS[spec]:
         runs = [r for r in load(name)[key] if not r.get('error')]
         base = {r['seed']: r['final_acc'] for r in runs if r['spec'] == 'dist_sync'}
         for r in runs:
@@ -143,7 +149,7 @@ def changed_default_row(spec):
             'paired_diff_points': promise.mean_std(diffs),
             'bound_points': promise.upper_bound(diffs),
             'verdict': promise.verdict(diffs, 1.0), 'push': statistics.mean(push),
-            'pull': statistics.mean(pull), 'sources': [n for n, _ in sources]}
+            'pull': statistics.mean(pull), 'sources': [n for n, _, _ in CHANGED_DEFAULTS[spec]]}
 
 
 def scheme_rows():
@@ -655,7 +661,6 @@ def section_step_time():
 # What each default scheme's step may cost on loopback, over dist_sync's (the plugin's
 # tax where there is no link to save): Hylo 10%, its 'auto' policy (all float32 there)
 # 3%, the others 15%, float16 10%.
-SCHEME_STEP = 'loopback_step_4w_cnn512_default_schemes.json'
 SCHEME_STEP_TARGETS = [('dist_sync_hylo', 1.10), ('dist_sync_hylo(policy=auto)', 1.03),
                        ('dist_sync_powersgd', 1.15), ('dist_sync_fp16', 1.10)]
 
