@@ -81,6 +81,42 @@ def test_without_error_feedback_matches_reference():
         Float16(error_feedback=2)
 
 
+@pytest.mark.parametrize('shape, chunk_size', [((300, 7), 1 << 20), ((600, 50), 4096)])
+def test_sum_widened_into_the_output(monkeypatch, shape, chunk_size):
+    """The pulled halves are widened straight into the output (``Codec.sums_into``), a
+    chunked key's into each chunk's part: a steady step copies no array. The output is
+    the reference's, bit for bit, and the input stays as it was."""
+    kv = _store(error_feedback=0, chunk_size=chunk_size)
+    assert len(chunking.split(kv.scheme.codec_for(shape, f32), chunk_size)) == (
+        1 if chunk_size > 1e5 else 8)
+    copies = []
+    copyto, setitem = mx.nd.NDArray.copyto, mx.nd.NDArray.__setitem__
+
+    def counted_copyto(array, other):
+        if isinstance(other, mx.nd.NDArray) and other.size > 1:
+            copies.append(other.shape)
+        return copyto(array, other)
+
+    def counted_setitem(array, key, value):
+        if array.size > 1:      # (a chunked key's first values: void_steps.deferred_step)
+            copies.append(array.shape)
+        return setitem(array, key, value)
+    rng = np.random.default_rng(5)
+    for step in range(3):
+        grad = rng.standard_normal(shape).astype(f32)
+        value, out = mx.nd.array(grad), mx.nd.zeros(shape)
+        if step:
+            monkeypatch.setattr(mx.nd.NDArray, 'copyto', counted_copyto)
+            monkeypatch.setattr(mx.nd.NDArray, '__setitem__', counted_setitem)
+        kv.pushpull('w', value, out=out)
+        monkeypatch.undo()
+        assert copies == [], 'the step copied arrays of shapes %s' % copies
+        half, status = ref.fp16_encode_plain(grad, 1)
+        assert status == 0
+        assert np.array_equal(out.asnumpy(), half.astype(f32))
+        assert np.array_equal(value.asnumpy(), grad)
+
+
 def test_overflow_drains_through_the_residual():
     kv = _store()
     sent = 0.0

@@ -38,6 +38,7 @@ def limit(num_workers):
 class Float16Codec(Codec):
     name = 'fp16'
     deferred_checks = True   # nothing waits on the host: see step
+    sums_into = True         # the widened sum goes straight into the output's part
 
     def __init__(self, shape, error_feedback=True):
         super().__init__(shape)
@@ -60,7 +61,12 @@ class Float16Codec(Codec):
             half, status = op('kvx_fp16_round')(grad, limit=bound)
         check_encoded(status, 'gradient + residual' if self.error_feedback else 'gradient')
         total = yield Sum('payload', half)
-        return op('kvx_fp16_widen')(total).reshape(self.shape)
+        if state.out is None:
+            return op('kvx_fp16_widen')(total).reshape(self.shape)
+        # widened into the output's part (a copy of every compressed tensor a step
+        # less: the store returns state.out as the sum, codecs/base.py ``sums_into``)
+        op('kvx_fp16_widen')(total, out=state.out.reshape(total.shape))
+        return state.out
 
     def wire_words(self, num_workers):
         # float32 words: two halves a word
