@@ -1,10 +1,10 @@
 """dist_sync_powersgd: the codec against the NumPy reference (python/kvx_ref/powersgd.py).
 
 * One process: outputs, residuals and the warm-start Q of a store equal the reference's
-  (to float32 rounding: MXNet's gemm and LAPACK against NumPy in float64), chunks
-  included; several workers simulated in one process by driving their steps with a
-  summing exchange; the orthonormalisation (gelqf) against NumPy's QR, rank-deficient
-  and zero input included; a low-rank gradient comes back exactly; the scheme's
+  (to float32 rounding: MXNet's gemm and the plugin's QR against NumPy in float64),
+  chunks included; several workers simulated in one process by driving their steps
+  with a summing exchange; the orthonormalisation (the plugin's QR) against NumPy's,
+  rank-deficient and zero input included; a low-rank gradient comes back exactly; the scheme's
   choices (1-D, small, not 2x smaller in some chunk, warm-up); bytes.
 * Real ps-lite jobs (2 workers and 2 servers, 4 workers and 1 server with a warm-up
   step and rank 2): every worker pulls the same sum, bit for bit (the workers agree on

@@ -13,7 +13,8 @@ worker's gradient was finite is a status the store reads at the key's next step.
 * Two workers simulated in one process: NaN, Inf and -Inf in the first, middle and
   last row, on a column whose Q row is zero or not, void the step on both workers,
   residuals and Q unchanged, the status naming the worker; the next step is the
-  reference's without the void one.
+  reference's without the void one. Finite gradients whose Q sum overflows, P being
+  finite, void the step too.
 * One process through the store: a finite gradient whose P overflows voids the step
   instead of spreading NaN into Q and the residual (and warns of no NaN on this
   worker); a NaN warns naming this worker's rank; no key is checked whole and no step
@@ -90,6 +91,36 @@ def test_nonfinite_gradient_voids_in_the_sums(row, value, column):
     for w, s in enumerate(states):
         assert s.last['void'].asscalar() == 0
         close(s.residual.asnumpy(), want.residual(w))
+
+
+def test_overflowing_q_sum_voids_with_p_finite():
+    """Column ZERO_COL of both workers' gradients (Q's row there zero, so it adds nothing
+    to P) holds values near the float32 maximum with the signs of P^'s first column: P
+    is finite and Q's sum overflows. The step is void on both workers all the same (NaN,
+    residual and Q kept), though neither gradient held a NaN: Q's sum counts, not P's
+    alone."""
+    workers = 2
+    codec = PowerSGDCodec(SHAPE, rank=4, seed=5)
+    states = [ChunkState(mx.nd.zeros(SHAPE), {}, '0.') for _ in range(workers)]
+    rng = np.random.default_rng(14)
+    run_workers(codec, _grads(rng, workers), states)
+    q = states[0].get('Q').asnumpy()
+    assert not q[ZERO_COL].any()                                 # the case holds
+    kept = [(s.residual.asnumpy().copy(), s.get('Q').asnumpy().copy()) for s in states]
+
+    bad = _grads(rng, workers)
+    p = sum((g + s.residual.asnumpy()) @ q for g, s in zip(bad, states))
+    for g in bad:
+        g[:, ZERO_COL] = 3e38 * np.sign(ref.orthonormalise(p)[:, 0])
+    assert all(np.isfinite(g).all() and np.isfinite(g @ q).all() for g in bad)
+    with deferred_checks() as statuses:
+        outs = run_workers(codec, bad, states)
+    assert [int(status.asscalar()) for status, _ in statuses] == [0, 0]
+    for w, (out, s) in enumerate(zip(outs, states)):
+        assert np.isnan(out.asnumpy()).all(), w
+        assert s.last['void'].asscalar() == 1, w
+        assert np.array_equal(s.residual.asnumpy(), kept[w][0]), w
+        assert np.array_equal(s.get('Q').asnumpy(), kept[w][1]), w
 
 
 def test_overflowing_p_voids_instead_of_corrupting(caplog):

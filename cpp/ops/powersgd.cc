@@ -1,5 +1,12 @@
-// PowerSGD's worker-side op (kvstore_ext/codecs/powersgd.py, step 5).
+// PowerSGD's worker-side ops (kvstore_ext/codecs/powersgd.py, steps 4, 5 and 7).
 //
+//   kvx_powersgd_p_hat(p f32[R, r])    -> p_hat f32[R, r], void f32[1]: void is 1 if p
+//                         holds NaN/Inf, else 0; p_hat = orthonormal columns of p
+//                         (Householder QR), or of zeros if void
+//   kvx_powersgd_next_q(q_old f32[C, r], q_sum f32[C, r], void_in f32[1])
+//                      -> q_next f32[C, r], void f32[1]: void is 1 if void_in is not 0
+//                         or q_sum holds NaN/Inf, else 0; q_next = q_old if void, else
+//                         orthonormal columns of q_sum
 //   kvx_lowrank_residual(acc f32[R, C], residual*, p f32[R, r], q f32[C, r], status f32[1])
 //                      -> f32[1], zero; residual = acc - p q^T if status is 0, else
 //                         residual unchanged (a void step keeps it)
@@ -39,6 +46,53 @@ struct LowrankResidual : OpSpec {
   }
 };
 
+// (rows, rank) with 1 <= rank <= rows: a matrix whose columns can be orthonormal.
+bool tall_matrix(const char* op, const Shape& m, const char* what) {
+  if (m.size() == 2 && m[0] >= 1 && m[1] >= 1 && m[1] <= m[0]) return true;
+  MX_ERROR_MSG << op << ": " << what << " must be (rows, rank) with 1 <= rank <= rows, got "
+               << shape_string(m);
+  return false;
+}
+
+struct PowerSGDPHat : OpSpec {
+  static constexpr const char* name = "kvx_powersgd_p_hat";
+  static constexpr const char* inputs[] = {"p"};
+  static constexpr int outputs = 2;
+  static bool shape(const Params&, const Shapes& in, Shapes* out) {
+    if (!tall_matrix(name, in[0], "p")) return false;
+    (*out)[0] = in[0];
+    (*out)[1] = Shape{1};
+    return true;
+  }
+  static void forward(const Params&, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::powersgd_p_hat(f32(in[0]), in[0].shape[0], in[0].shape[1],
+                                           f32(out[0])));
+  }
+};
+
+struct PowerSGDNextQ : OpSpec {
+  static constexpr const char* name = "kvx_powersgd_next_q";
+  static constexpr const char* inputs[] = {"q_old", "q_sum", "void_in"};
+  static constexpr int outputs = 2;
+  static bool shape(const Params&, const Shapes& in, Shapes* out) {
+    if (!tall_matrix(name, in[0], "q_old") || !same_shape(name, in, 0, "q_old", 1, "q_sum"))
+      return false;
+    if (product(in[2]) != 1) {
+      MX_ERROR_MSG << name << ": void_in must hold one element, got " << shape_string(in[2]);
+      return false;
+    }
+    (*out)[0] = in[0];
+    (*out)[1] = Shape{1};
+    return true;
+  }
+  static void forward(const Params&, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::powersgd_next_q(f32(in[0]), f32(in[1]), f32(in[2])[0],
+                                            in[0].shape[0], in[0].shape[1], f32(out[0])));
+  }
+};
+
 }  // namespace
 
 KVX_REGISTER_OP(LowrankResidual);
+KVX_REGISTER_OP(PowerSGDPHat);
+KVX_REGISTER_OP(PowerSGDNextQ);

@@ -1481,6 +1481,122 @@ void test_fp16() {
   }
 }
 
+// ---- PowerSGD's orthonormalisation --------------------------------------------------
+
+// max |Q^T Q - I| of q (rows x rank, row-major).
+double orthonormality_error(const Floats& q, int64_t rows, int64_t rank) {
+  double worst = 0.0;
+  for (int64_t a = 0; a < rank; ++a)
+    for (int64_t b = 0; b < rank; ++b) {
+      double s = 0.0;
+      for (int64_t i = 0; i < rows; ++i) s += double(q[i * rank + a]) * q[i * rank + b];
+      worst = std::max(worst, std::fabs(s - (a == b ? 1.0 : 0.0)));
+    }
+  return worst;
+}
+
+// max |a - Q Q^T a|: a's columns lie in the span of q's.
+double span_error(const Floats& a, const Floats& q, int64_t rows, int64_t rank) {
+  double worst = 0.0;
+  for (int64_t c = 0; c < rank; ++c) {
+    std::vector<double> coef(static_cast<size_t>(rank), 0.0);
+    for (int64_t k = 0; k < rank; ++k)
+      for (int64_t i = 0; i < rows; ++i) coef[k] += double(q[i * rank + k]) * a[i * rank + c];
+    for (int64_t i = 0; i < rows; ++i) {
+      double v = a[i * rank + c];
+      for (int64_t k = 0; k < rank; ++k) v -= coef[k] * q[i * rank + k];
+      worst = std::max(worst, std::fabs(v));
+    }
+  }
+  return worst;
+}
+
+Floats identity_columns(int64_t rows, int64_t rank) {
+  Floats q(static_cast<size_t>(rows * rank), 0.0f);
+  for (int64_t j = 0; j < rank; ++j) q[j * rank + j] = 1.0f;
+  return q;
+}
+
+void test_powersgd_q() {
+  g_test = "powersgd_q";
+  // by hand: one column (3, 4): beta = -5, tau = 1.6, v = (1, 0.5), Q = -a / 5; the
+  // sign follows alpha's: (-3, 4) gives a / 5; a zero column gives e1
+  Floats q(2);
+  kvx::householder_q(Floats{3.0f, 4.0f}.data(), 2, 1, q.data());
+  CHECK(std::fabs(q[0] + 0.6f) < 1e-7f && std::fabs(q[1] + 0.8f) < 1e-7f);
+  kvx::householder_q(Floats{-3.0f, 4.0f}.data(), 2, 1, q.data());
+  CHECK(std::fabs(q[0] + 0.6f) < 1e-7f && std::fabs(q[1] - 0.8f) < 1e-7f);
+  kvx::householder_q(Floats{0.0f, 0.0f}.data(), 2, 1, q.data());
+  CHECK(q[0] == 1.0f && q[1] == 0.0f);
+  // random tall matrices: orthonormal columns spanning a's; the same bits every run and
+  // in place
+  for (auto [rows, rank] : {std::pair<int64_t, int64_t>{1, 1}, {5, 5}, {50, 4}, {3136, 8}}) {
+    const Floats a = randn(static_cast<size_t>(rows * rank), 11, 3.0f);
+    Floats out(a.size()), again(a.size()), in_place = a;
+    kvx::householder_q(a.data(), rows, rank, out.data());
+    kvx::householder_q(a.data(), rows, rank, again.data());
+    kvx::householder_q(in_place.data(), rows, rank, in_place.data());
+    CHECK(orthonormality_error(out, rows, rank) < 1e-6);
+    CHECK(span_error(a, out, rows, rank) < 1e-4 * std::sqrt(double(rows)));
+    CHECK(same_bits(out, again));
+    CHECK(same_bits(out, in_place));
+  }
+  // zero, and rank-deficient (a column twice another, a zero column, rows of zeros):
+  // still orthonormal, and spanning the nonzero columns
+  Floats zero_q(18);
+  kvx::householder_q(Floats(18, 0.0f).data(), 6, 3, zero_q.data());
+  CHECK(zero_q == identity_columns(6, 3));   // == on floats: -0 equals 0
+  Floats deficient = randn(40 * 4, 12);
+  for (int64_t i = 0; i < 40; ++i) {
+    deficient[i * 4 + 1] = 2.0f * deficient[i * 4];
+    deficient[i * 4 + 2] = 0.0f;
+    if (i < 20) deficient[i * 4 + 3] = 0.0f;
+  }
+  Floats deficient_q(deficient.size());
+  kvx::householder_q(deficient.data(), 40, 4, deficient_q.data());
+  CHECK(orthonormality_error(deficient_q, 40, 4) < 1e-6);
+  CHECK(span_error(deficient, deficient_q, 40, 4) < 1e-5);
+}
+
+void test_powersgd_void() {
+  g_test = "powersgd_void";
+  const int64_t rows = 30, rank = 3;
+  const Floats p = randn(rows * rank, 21), q_old = randn(rows * rank, 22),
+               q_sum = randn(rows * rank, 23);
+  Floats want(p.size()), out(p.size(), 7.0f);
+  // finite: p_hat is householder_q(p)
+  kvx::householder_q(p.data(), rows, rank, want.data());
+  CHECK_EQ(kvx::powersgd_p_hat(p.data(), rows, rank, out.data()), kvx::kOk);
+  CHECK(same_bits(out, want));
+  // a NaN or +-Inf anywhere: void, p_hat of zeros (the identity's columns)
+  for (float bad : {kNaN, kInf, -kInf}) {
+    Floats bad_p = p;
+    bad_p[rows * rank - 1] = bad;
+    out.assign(p.size(), 7.0f);
+    CHECK_EQ(kvx::powersgd_p_hat(bad_p.data(), rows, rank, out.data()), kvx::kNonFinite);
+    CHECK(out == identity_columns(rows, rank));
+  }
+  // next Q: householder_q(q_sum) if void_in is 0 and q_sum finite, else q_old
+  kvx::householder_q(q_sum.data(), rows, rank, want.data());
+  CHECK_EQ(kvx::powersgd_next_q(q_old.data(), q_sum.data(), 0.0f, rows, rank, out.data()),
+           kvx::kOk);
+  CHECK(same_bits(out, want));
+  for (float void_in : {1.0f, 9.0f, kNaN}) {
+    out.assign(p.size(), 7.0f);
+    CHECK_EQ(kvx::powersgd_next_q(q_old.data(), q_sum.data(), void_in, rows, rank, out.data()),
+             kvx::kNonFinite);
+    CHECK(same_bits(out, q_old));
+  }
+  for (float bad : {kNaN, kInf, -kInf}) {
+    Floats bad_sum = q_sum;
+    bad_sum[0] = bad;
+    out.assign(p.size(), 7.0f);
+    CHECK_EQ(kvx::powersgd_next_q(q_old.data(), bad_sum.data(), 0.0f, rows, rank, out.data()),
+             kvx::kNonFinite);
+    CHECK(same_bits(out, q_old));
+  }
+}
+
 int main() {
   test_wire();
   test_numpy_order_sum();
@@ -1511,6 +1627,8 @@ int main() {
   test_element_topk_malformed();
   test_outer();
   test_fp16();
+  test_powersgd_q();
+  test_powersgd_void();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures > 100 ? 100 : g_failures;
 }

@@ -28,21 +28,26 @@ and a non-finite value is dealt with there. A NaN or Inf in row i of any worker'
 makes row i of its P = M Q non-finite (NaN * x = NaN, Inf * 0 = NaN, Inf * x = +-Inf,
 also where Q has an all-zero row), and the sum over workers keeps it; every worker holds
 the same sums, so every worker finds the same: if the summed P or Q holds NaN or Inf
-anywhere (``kvx_finite_check``, a few words: an overflow too), the step is void on every
-worker: its result is NaN, its residual and Q stay as they were (engine ops write the
-new ones only if the sums were finite: ``kvx_lowrank_residual`` for the residual,
-``where`` for Q). Whether this worker's gradient was finite is its status (a look on the engine too),
-which the store reads at the key's next step (``deferred_checks``, void_steps.resolve):
-the worker whose gradient it was logs the warning, naming itself. A key of several
-chunks is voided whole: the store makes a NaN in any chunk reach every chunk's P
-(void_steps.deferred_step).
+anywhere (an overflow too; ``kvx_powersgd_p_hat`` and ``kvx_powersgd_next_q`` look
+as they orthonormalise), the step is void on every worker: its result is NaN, its
+residual and Q stay as they were (engine ops write the new ones only if the sums were
+finite: ``kvx_lowrank_residual`` for the residual, ``kvx_powersgd_next_q`` for Q).
+Whether this worker's gradient was finite is its status (a look on the engine too),
+which the store reads at the key's next step (``deferred_checks``,
+void_steps.resolve): the worker whose gradient it was logs the warning, naming itself.
+A key of several chunks is voided whole: the store makes a NaN in any chunk reach
+every chunk's P (void_steps.deferred_step).
 
-Orthonormalisation is MXNet's ``linalg.gelqf`` (LAPACK's LQ factorisation, Householder)
-of the transpose: one operator, no Python loop over columns, and unlike Gram-Schmidt it
-returns orthonormal columns for rank-deficient or zero input (a layer whose gradient
-vanishes), so no epsilon and no NaN. Keeping Q orthonormal between steps keeps P and Q
-at the scale of M whatever the number of steps (a raw Q would square M's scale each
-step).
+Orthonormalisation is the plugin's Householder QR (LAPACK's geqr2 and org2r, the
+reflections of MXNet's ``linalg.gelqf`` of the transpose, in double, rounded once):
+unlike Gram-Schmidt it returns orthonormal columns for rank-deficient or zero input (a
+layer whose gradient vanishes), so no epsilon and no NaN. It is fused with the void
+check into one operator a step for P^ (``kvx_powersgd_p_hat``) and one for the next Q
+(``kvx_powersgd_next_q``): with MXNet's operators each took seven or eight (the check,
+the pick of finite input, the transposes, gelqf), and on a worker that shares its cores
+the dispatch of each one costs the step more than its arithmetic. Keeping Q
+orthonormal between steps keeps P and Q at the scale of M whatever the number of steps
+(a raw Q would square M's scale each step).
 
 A matrix is approximated whole: what travels is its factors, ``rank * (rows + cols)``
 words, so ``chunk_layout`` counts each row as its share of them and chunking.py cuts the
@@ -67,11 +72,10 @@ def matrix_shape(shape):
 
 
 def orthonormalise(a):
-    """Orthonormal columns spanning those of ``a`` (n x r, r <= n): Householder LQ of
-    ``a^T`` (LAPACK gelqf through MXNet), deterministic for a given input."""
-    from mxnet.ndarray import linalg
-    lq, _ = linalg.gelqf(a.T)
-    return lq.T
+    """Orthonormal columns spanning those of ``a`` (n x r, r <= n, finite): the Q factor
+    of its Householder QR (``kvx_powersgd_p_hat``), deterministic for a given input."""
+    p_hat, _ = op('kvx_powersgd_p_hat')(a)
+    return p_hat
 
 
 class PowerSGDCodec(Codec):
@@ -134,27 +138,24 @@ class PowerSGDCodec(Codec):
         # store reads it later: check_encoded under deferred_checks)
         check_encoded(nonfinite(grad), 'gradient')
         p = yield Sum('P', ndarray.dot(acc, q))
-        void = nonfinite(p)
-        # 4. the same orthonormal P^ on every worker (of zeros if void: LAPACK gets
-        # finite input, and the step's results are discarded below)
-        p_hat = orthonormalise(ndarray.where(void.broadcast_to((self.rows,)),
-                                             ndarray.zeros_like(p), p))
+        # 4. the same orthonormal P^ on every worker, and whether P is void (then P^ is
+        # of zeros: finite, and the step's results are discarded below)
+        p_hat, void = op('kvx_powersgd_p_hat')(p)
         # 5. this worker's Q
         q_part = ndarray.dot(acc, p_hat, transpose_a=True)
         # 6. Q, summed (a copy is pushed: MXNet's dist kvstore pulls a CPU key's sum into
         # the very array pushed last, and the residual below needs this worker's Q_w)
         q_sum = yield Sum('Q', q_part.copy())
-        void = ndarray.maximum(void, nonfinite(q_sum))
+        # whether the step is void (P or Q holds NaN or Inf), and step 7's next Q:
+        # orthonormal Q, or the old one if void
+        q_next, void = op('kvx_powersgd_next_q')(q, q_sum, void)
         state.last['void'] = void
+        state['Q'] = q_next
         # 5, finished: this worker's own error M - P^ Q_w^T, written into the residual
         # in one pass unless the step is void
         op('kvx_lowrank_residual')(acc, state.residual.reshape((self.rows, self.cols)),
                                    p_hat, q_part, void)
-        # 7. the next step's Q (the old one if void); the approximation of the sum,
-        # NaN everywhere if void
-        keep_q = void.broadcast_to((self.cols,))
-        state['Q'] = ndarray.where(keep_q, q, orthonormalise(
-            ndarray.where(keep_q, q, q_sum)))
+        # 7. the approximation of the sum, NaN everywhere if void
         spoil = ndarray.where(void, constant(np.nan), constant(1.0))
         p_hat = ndarray.broadcast_mul(p_hat, spoil)
         if state.out is None:

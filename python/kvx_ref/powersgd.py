@@ -2,8 +2,8 @@
 tests hold the MXNet codec (kvstore_ext/codecs/powersgd.py) and real ps-lite jobs to.
 
 Computed in float64 from the same float32 gradients: the codec's float32 arithmetic
-(MXNet's gemm, LAPACK's gelqf, the server's float32 sums) agrees with it to rounding,
-not bit for bit, so tests compare with a tolerance.
+(MXNet's gemm, the plugin's QR rounded to float32, the server's float32 sums) agrees
+with it to rounding, not bit for bit, so tests compare with a tolerance.
 
 One step of one chunk (a ``rows x cols`` matrix view), over workers w:
 
@@ -56,7 +56,7 @@ def initial_q(cols, rank, seed):
 
 def orthonormalise(a):
     """Orthonormal columns spanning ``a``'s (Householder QR: LAPACK geqrf, the same
-    reflections as MXNet's ``linalg.gelqf`` of ``a.T``, sign convention included).
+    reflections as the codec's ``kvx_powersgd_p_hat``, sign convention included).
     Rank-deficient or zero input still gives orthonormal columns."""
     q, _ = np.linalg.qr(np.asarray(a, np.float64))
     return q
