@@ -27,6 +27,7 @@ from .codecs.momentum import MomentumCorrected
 from .transport.ps import KeyNumbers, gather_key_work, gather_wire_bytes, sum_key_work
 
 KERNELS_SOURCE = 'bench/results/kernels.json'
+CODEC_TIMES_SOURCE = 'bench/results/codec_times.json'
 TRANSPORT_SOURCE = 'bench/results/transport_cpu.json'
 
 # Seconds of one call of each kernel's MXNet operator (the 'op' path: the kernel plus
@@ -69,6 +70,45 @@ KERNEL_TIMES = {
     'ternary_decode_sum n=4': [(10000, 5.255e-05), (100000, 0.0001033),
                                (1000000, 0.0009967), (10000000, 0.03286),
                                (100000000, 0.2637)],
+}
+
+# Per codec class (``codec_class``: the class with its wrappers' names and its
+# ``speed_params``), [(elements, worker seconds a step, servers' seconds per worker's
+# payload)] sorted by elements, from CODEC_TIMES_SOURCE (made by bench/codec_times.py:
+# cost_calibrate on a ladder of synthetic matrix and conv shapes, every registered scheme
+# and mode at its defaults; one worker, one process, this project's machine). The speeds
+# of codecs that kernels_of does not cover, so that a scheme added later is priced
+# without an edit here. A copy, as KERNEL_TIMES; tests/test_cost_model.py::
+# test_codec_table_is_the_results_file holds it equal to the file.
+CODEC_TIMES = {
+    'AdaCompCodec[bin=500]': [(100000, 0.001008, 0.0004304),
+                              (300000, 0.001563, 0.0004632),
+                              (1000000, 0.004976, 0.0006457)],
+    'AdaCompCodec[bin=50]': [(110592, 0.00174, 0.0004668), (294912, 0.003413, 0.0006327),
+                             (589824, 0.006852, 0.001174), (786432, 0.009358, 0.001092),
+                             (1048576, 0.01413, 0.001106)],
+    'ElementTopKCodec': [(100000, 0.0007016, 0.0005831), (110592, 0.001515, 0.0006028),
+                         (294912, 0.004543, 0.0004988), (300000, 0.003099, 0.0007217),
+                         (589824, 0.007617, 0.0007607), (786432, 0.00775, 0.0008729),
+                         (1000000, 0.01189, 0.0008659), (1048576, 0.01286, 0.0009335)],
+    'Float16Codec': [(100000, 0.0006042, 0.0), (110592, 0.0005864, 0.0),
+                     (294912, 0.0005185, 0.0), (300000, 0.0005028, 0.0),
+                     (589824, 0.000887, 0.0), (786432, 0.001136, 0.0),
+                     (1000000, 0.0008967, 0.0), (1048576, 0.002102, 0.0)],
+    'Float16PairsCodec': [(100000, 0.001553, 0.0003935), (110592, 0.00188, 0.0004071),
+                          (294912, 0.001923, 0.0005777), (300000, 0.001392, 0.0005638),
+                          (589824, 0.002133, 0.0008146), (786432, 0.002696, 0.0009831),
+                          (1000000, 0.00229, 0.001265), (1048576, 0.00379, 0.001425)],
+    'PowerSGDCodec[rank=4]': [(9216, 0.001388, 0.0), (10000, 0.001717, 0.0),
+                              (100000, 0.001704, 0.0), (110592, 0.001722, 0.0),
+                              (294912, 0.001984, 0.0), (300000, 0.001846, 0.0),
+                              (1000000, 0.003843, 0.0), (1179648, 0.004728, 0.0),
+                              (2359296, 0.01012, 0.0), (3000000, 0.01333, 0.0),
+                              (9437184, 0.04389, 0.0), (10000000, 0.0706, 0.0)],
+    'ThcCodec': [(100000, 0.002722, 0.0), (110592, 0.003079, 0.0),
+                 (294912, 0.005527, 0.0), (300000, 0.005411, 0.0), (589824, 0.01328, 0.0),
+                 (786432, 0.02008, 0.0), (1000000, 0.02553, 0.0),
+                 (1048576, 0.02904, 0.0)],
 }
 
 # CPU seconds that moving float32 keys costs a worker and a server, per key and per byte
@@ -200,14 +240,32 @@ def kernels_of(codec):
     return None
 
 
+def codec_class(codec):
+    """What the shipped codec table (CODEC_TIMES) files a codec's speed under: its class
+    with its wrappers' names (``signature`` without the shape), each with the values of
+    its class's ``speed_params``, e.g. 'PowerSGDCodec[rank=4]'."""
+    names = []
+    while True:
+        params = ','.join('%s=%s' % (p, getattr(codec, p))
+                          for p in type(codec).speed_params)
+        names.append(type(codec).__name__ + ('[%s]' % params if params else ''))
+        if codec is innermost(codec):
+            return '/'.join(names)
+        codec = codec.inner
+
+
 class KernelSpeeds:
     """Codec seconds from kernel timings ({case: [(elements, seconds)]}), by the
-    kernels a codec runs (``kernels_of``). Like MeasuredSpeeds, it carries the transport
-    CPU constants (``transport``, a TransportCPU) the model prices keys with."""
+    kernels a codec runs (``kernels_of``); a codec they do not cover from the codec
+    class table ({codec_class: [(elements, worker s, server s per worker)]},
+    CODEC_TIMES), interpolated on its elements. Like MeasuredSpeeds, it carries the
+    transport CPU constants (``transport``, a TransportCPU) the model prices keys with."""
 
-    def __init__(self, times=None, source=KERNELS_SOURCE, transport=None):
+    def __init__(self, times=None, source=None, transport=None, codec_times=None):
         self.times = KERNEL_TIMES if times is None else times
-        self.source = source
+        self.codec_times = CODEC_TIMES if codec_times is None else codec_times
+        self.source = source if source is not None else '%s; other codecs: %s' % (
+            KERNELS_SOURCE, CODEC_TIMES_SOURCE)
         self.transport = TransportCPU() if transport is None else transport
 
     def seconds(self, case, elements):
@@ -218,7 +276,13 @@ class KernelSpeeds:
         if not measured."""
         kernels = kernels_of(codec)
         if kernels is None:
-            return None
+            rows = self.codec_times.get(codec_class(codec))
+            if not rows:
+                return None
+            n = codec.size
+            worker = _interpolate([(e, w) for e, w, _ in rows], n)
+            per_slot = _interpolate([(e, s) for e, _, s in rows], n)
+            return worker, workers * per_slot
         mine, per_slot, once = kernels
         n = codec.size
         worker = sum(self.seconds(k, n) for k in mine)
