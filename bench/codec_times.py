@@ -3,23 +3,24 @@ synthetic shapes, per codec class (bench/results/codec_times.json, cost.CODEC_TI
 
 Why: the cost model prices Hylo's and 2-bit's codecs from kernel timings
 (cost.kernels_of); any other codec was unpriced until the user ran ``--calibrate``, and
-a scheme added later would need an edit of cost.py to be priced. This times, for every
-registered scheme and mode at its defaults (cost.variants), every codec it plans for a
-ladder of matrix and conv shapes (10^4 to 10^7 elements), with cost_calibrate.calibrate
-(a one-process store, rank 0 of 1: encode, the servers' decode of one payload, the
-worker's decode, and the store's Python between; best of ``--repeats`` steps), and files
-each codec under ``cost.codec_class``: its class with its wrappers' names and its
-``speed_params`` (PowerSGD's rank, AdaComp's bin). The model interpolates a class's rows
-on a chunk's elements.
+pricing another codec from kernels would take another branch of kernels_of. This times,
+for every registered scheme and mode at its defaults (cost.variants), every codec it
+plans for a ladder of matrix and conv shapes (10^4 to 10^7 elements), with
+cost_calibrate.calibrate (a one-process store, rank 0 of 1: encode, the servers' decode
+of one payload, the worker's decode, and the store's Python between; best of
+``--repeats`` steps), and files each codec under ``cost.codec_class``: its class with
+its wrappers' names and its ``speed_params`` (PowerSGD's rank, AdaComp's bin). The model
+interpolates a class's rows on a chunk's elements.
 
 A row is one tensor of the ladder: (elements of its first chunk, worker seconds a step,
 servers' seconds to decode one worker's payload); chunks of one tensor differ by at most
 one row, and a tensor cut into chunks is timed whole and shared by elements (as
 calibrate does). Where two schemes plan the same class at the same size, the faster
 reading is kept (best of both). The codecs cost.kernels_of prices from
-bench/results/kernels.json (Hylo's, 2-bit's) are left out. Limits: one worker (a parameter that depends on the
-worker count is timed as planned for one), one process, this machine's cores, wall
-time: other programs' load slows it (the file records the load average).
+bench/results/kernels.json (Hylo's, 2-bit's) are left out. Limits: one worker (a
+parameter that depends on the worker count is timed as planned for one), one process,
+this machine's cores, wall time: other programs' load slows it (the file records the
+load average).
 
     python bench/codec_times.py                 # bench/results/codec_times.json
 """

@@ -247,7 +247,7 @@ def codec_class(codec):
     names = []
     while True:
         params = ','.join('%s=%s' % (p, getattr(codec, p))
-                          for p in type(codec).speed_params)
+                          for p in getattr(type(codec), 'speed_params', ()))
         names.append(type(codec).__name__ + ('[%s]' % params if params else ''))
         if codec is innermost(codec):
             return '/'.join(names)

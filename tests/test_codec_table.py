@@ -129,9 +129,9 @@ def test_advise_predicts_a_step_for_every_scheme(tmp_path, capsys):
     rows = advise.predict({k: tuple(v) for k, v in shapes.items()}, 8, 2,
                           cost.Link(cost.parse_rate('10Gbit'), 50e-6), 0.25)
     labels = [label for label, _ in rows]
-    for label in ('dist_sync_adacomp', 'dist_sync_fp16', 'dist_sync_fp16:aggregation=server',
-                  'dist_sync_lgreco', 'dist_sync_powersgd', 'dist_sync_thc',
-                  'dist_sync_topk'):
+    for label in ('dist_sync_adacomp', 'dist_sync_fp16',
+                  'dist_sync_fp16:aggregation=server', 'dist_sync_lgreco',
+                  'dist_sync_powersgd', 'dist_sync_thc', 'dist_sync_topk'):
         assert label in labels
     assert [label for label, c in rows if c.step_seconds is None] == []
     assert all(c.step_seconds > 0.25 for _, c in rows)
