@@ -22,13 +22,15 @@ parameter that depends on the worker count is timed as planned for one), one pro
 this machine's cores, wall time: other programs' load slows it (the file records the
 load average).
 
-    python bench/codec_times.py                 # bench/results/codec_times.json
+    python bench/codec_times.py --copy          # bench/results/codec_times.json, and
+                                                # its copy in kvstore_ext/cost.py
 """
 import argparse
 import json
 import logging
 import os
 import platform
+import re
 import sys
 import time
 
@@ -36,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 OUT = os.path.join(HERE, 'results', 'codec_times.json')
+COST = os.path.join(os.path.dirname(HERE), 'kvstore_ext', 'cost.py')
 CHUNK = 1 << 20         # the schemes' default chunk_size, as calibrate cuts
 # matrices (rows, cols) and conv weights (O, I, 3, 3), about 10^4 to 10^7 elements;
 # the codecs that chunk (at 1048576 elements) cut those above 10^6, so their rows end near
@@ -109,11 +112,43 @@ def class_rows(variants, shapes, repeats):
     return table, {k: sorted(v) for k, v in classes.items()}
 
 
+def python_copy(table):
+    """``table`` as the ``CODEC_TIMES = {...}`` literal of kvstore_ext/cost.py."""
+    lines = ['CODEC_TIMES = {']
+    for key, rows in table.items():
+        head = '    %r: [' % key
+        items = ['(%d, %r, %r)' % tuple(row) for row in rows]
+        line = head
+        for i, item in enumerate(items):
+            piece = item + (', ' if i < len(items) - 1 else '],')
+            if len(line) + len(piece.rstrip()) > 90:
+                lines.append(line.rstrip())
+                line = ' ' * len(head) + piece
+            else:
+                line += piece
+        lines.append(line.rstrip())
+    return '\n'.join(lines + ['}'])
+
+
+def write_copy(table, path=COST):
+    """Replace the CODEC_TIMES literal in ``path`` (cost.py) by ``table``'s."""
+    with open(path) as f:
+        text = f.read()
+    new, count = re.subn(r'^CODEC_TIMES = \{.*?^\}$', lambda m: python_copy(table), text,
+                         count=1, flags=re.S | re.M)
+    if count != 1:
+        raise SystemExit('%s: no CODEC_TIMES = {...} block to replace' % path)
+    with open(path, 'w') as f:
+        f.write(new)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--repeats', type=int, default=7,
                         help='steps timed per variant after an untimed first (best of)')
     parser.add_argument('--json', default=OUT, help='output file (default %(default)s)')
+    parser.add_argument('--copy', action='store_true',
+                        help='also rewrite cost.CODEC_TIMES in kvstore_ext/cost.py from it')
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)        # a scheme's note on a missing optimizer
     from kvstore_ext import SCHEMES, cost
@@ -148,6 +183,8 @@ def main(argv=None):
     with open(args.json, 'w') as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write('\n')
+    if args.copy:
+        write_copy(table)
     print('%d codec classes, %.0f s; load average %.1f before, %.1f after -> %s' % (
         len(table), result['meta']['seconds'], load_before[0],
         result['meta']['loadavg_after'][0], args.json))

@@ -78,8 +78,9 @@ KERNEL_TIMES = {
 # cost_calibrate on a ladder of synthetic matrix and conv shapes, every registered scheme
 # and mode at its defaults; one worker, one process, this project's machine). The speeds
 # of codecs that kernels_of does not cover, so that a scheme added later is priced
-# without an edit here. A copy, as KERNEL_TIMES; tests/test_cost_model.py::
-# test_codec_table_is_the_results_file holds it equal to the file.
+# without code here. A copy, as KERNEL_TIMES (``python bench/codec_times.py --copy``
+# rewrites it); tests/test_codec_table.py::test_codec_table_is_the_results_file holds it
+# equal to the file.
 CODEC_TIMES = {
     'AdaCompCodec[bin=500]': [(100000, 0.001008, 0.0004304),
                               (300000, 0.001563, 0.0004632),
