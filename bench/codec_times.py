@@ -144,7 +144,7 @@ def write_copy(table, path=COST):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--repeats', type=int, default=7,
+    parser.add_argument('--repeats', type=int, default=15,
                         help='steps timed per variant after an untimed first (best of)')
     parser.add_argument('--json', default=OUT, help='output file (default %(default)s)')
     parser.add_argument('--copy', action='store_true',
