@@ -206,7 +206,8 @@ def parse_args(argv):
                              'behind (default 0: none)')
     parser.add_argument('--calibrate', action='store_true',
                         help="time every codec on this machine (one-process store, the "
-                             "model's shapes) instead of the shipped kernel timings")
+                             "model's shapes) instead of the shipped kernel timings and "
+                             "codec class table")
     parser.add_argument('--repeats', type=int, default=3, help='--calibrate: steps timed')
     parser.add_argument('--json', help='also write the predictions here')
     args = parser.parse_args(argv)

@@ -27,6 +27,7 @@ from .codecs.momentum import MomentumCorrected
 from .transport.ps import KeyNumbers, gather_key_work, gather_wire_bytes, sum_key_work
 
 KERNELS_SOURCE = 'bench/results/kernels.json'
+CODEC_TIMES_SOURCE = 'bench/results/codec_times.json'
 TRANSPORT_SOURCE = 'bench/results/transport_cpu.json'
 
 # Seconds of one call of each kernel's MXNet operator (the 'op' path: the kernel plus
@@ -69,6 +70,46 @@ KERNEL_TIMES = {
     'ternary_decode_sum n=4': [(10000, 5.255e-05), (100000, 0.0001033),
                                (1000000, 0.0009967), (10000000, 0.03286),
                                (100000000, 0.2637)],
+}
+
+# Per codec class (``codec_class``: the class with its wrappers' names and its
+# ``speed_params``), [(elements, worker seconds a step, servers' seconds per worker's
+# payload)] sorted by elements, from CODEC_TIMES_SOURCE (made by bench/codec_times.py:
+# cost_calibrate on a ladder of synthetic matrix and conv shapes, every registered scheme
+# and mode at its defaults; one worker, one process, this project's machine). The speeds
+# of codecs that kernels_of does not cover, so that a scheme added later is priced
+# without code here. A copy, as KERNEL_TIMES (``python bench/codec_times.py --copy``
+# rewrites it); tests/test_codec_table.py::test_codec_table_is_the_results_file holds it
+# equal to the file.
+CODEC_TIMES = {
+    'AdaCompCodec[bin=500]': [(100000, 0.0008488, 0.0004145),
+                              (300000, 0.001253, 0.0003766),
+                              (1000000, 0.003968, 0.0004097)],
+    'AdaCompCodec[bin=50]': [(110592, 0.001535, 0.0004728), (294912, 0.003255, 0.000446),
+                             (589824, 0.0068, 0.0005298), (786432, 0.008606, 0.0006404),
+                             (1048576, 0.01111, 0.001264)],
+    'ElementTopKCodec': [(100000, 0.001105, 0.0002977), (110592, 0.001485, 0.0003892),
+                         (294912, 0.002939, 0.0004328), (300000, 0.001754, 0.0003507),
+                         (589824, 0.007039, 0.0004003), (786432, 0.006797, 0.0004138),
+                         (1000000, 0.009877, 0.0004524), (1048576, 0.01121, 0.0006442)],
+    'Float16Codec': [(100000, 0.0005, 0.0), (110592, 0.0005057, 0.0),
+                     (294912, 0.0004514, 0.0), (300000, 0.0004616, 0.0),
+                     (589824, 0.0009634, 0.0), (786432, 0.001164, 0.0),
+                     (1000000, 0.0008644, 0.0), (1048576, 0.001642, 0.0)],
+    'Float16PairsCodec': [(100000, 0.00117, 0.0005681), (110592, 0.001519, 0.0004315),
+                          (294912, 0.001193, 0.0008297), (300000, 0.001248, 0.000812),
+                          (589824, 0.002556, 0.0008289), (786432, 0.003013, 0.001043),
+                          (1000000, 0.002238, 0.001743), (1048576, 0.003364, 0.002158)],
+    'PowerSGDCodec[rank=4]': [(9216, 0.001476, 0.0), (10000, 0.001403, 0.0),
+                              (100000, 0.001548, 0.0), (110592, 0.001333, 0.0),
+                              (294912, 0.001677, 0.0), (300000, 0.001889, 0.0),
+                              (1000000, 0.004304, 0.0), (1179648, 0.005318, 0.0),
+                              (2359296, 0.009783, 0.0), (3000000, 0.01245, 0.0),
+                              (9437184, 0.06652, 0.0), (10000000, 0.07021, 0.0)],
+    'ThcCodec': [(100000, 0.002712, 0.0), (110592, 0.002754, 0.0),
+                 (294912, 0.005078, 0.0), (300000, 0.005305, 0.0),
+                 (589824, 0.009707, 0.0), (786432, 0.01385, 0.0), (1000000, 0.01579, 0.0),
+                 (1048576, 0.01768, 0.0)],
 }
 
 # CPU seconds that moving float32 keys costs a worker and a server, per key and per byte
@@ -200,14 +241,32 @@ def kernels_of(codec):
     return None
 
 
+def codec_class(codec):
+    """What the shipped codec table (CODEC_TIMES) files a codec's speed under: its class
+    with its wrappers' names (``signature`` without the shape), each with the values of
+    its class's ``speed_params``, e.g. 'PowerSGDCodec[rank=4]'."""
+    names = []
+    while True:
+        params = ','.join('%s=%s' % (p, getattr(codec, p))
+                          for p in getattr(type(codec), 'speed_params', ()))
+        names.append(type(codec).__name__ + ('[%s]' % params if params else ''))
+        if codec is innermost(codec):
+            return '/'.join(names)
+        codec = codec.inner
+
+
 class KernelSpeeds:
     """Codec seconds from kernel timings ({case: [(elements, seconds)]}), by the
-    kernels a codec runs (``kernels_of``). Like MeasuredSpeeds, it carries the transport
-    CPU constants (``transport``, a TransportCPU) the model prices keys with."""
+    kernels a codec runs (``kernels_of``); a codec they do not cover from the codec
+    class table ({codec_class: [(elements, worker s, server s per worker)]},
+    CODEC_TIMES), interpolated on its elements. Like MeasuredSpeeds, it carries the
+    transport CPU constants (``transport``, a TransportCPU) the model prices keys with."""
 
-    def __init__(self, times=None, source=KERNELS_SOURCE, transport=None):
+    def __init__(self, times=None, source=None, transport=None, codec_times=None):
         self.times = KERNEL_TIMES if times is None else times
-        self.source = source
+        self.codec_times = CODEC_TIMES if codec_times is None else codec_times
+        self.source = source if source is not None else '%s; other codecs: %s' % (
+            KERNELS_SOURCE, CODEC_TIMES_SOURCE)
         self.transport = TransportCPU() if transport is None else transport
 
     def seconds(self, case, elements):
@@ -218,7 +277,13 @@ class KernelSpeeds:
         if not measured."""
         kernels = kernels_of(codec)
         if kernels is None:
-            return None
+            rows = self.codec_times.get(codec_class(codec))
+            if not rows:
+                return None
+            n = codec.size
+            worker = _interpolate([(e, w) for e, w, _ in rows], n)
+            per_slot = _interpolate([(e, s) for e, _, s in rows], n)
+            return worker, workers * per_slot
         mine, per_slot, once = kernels
         n = codec.size
         worker = sum(self.seconds(k, n) for k in mine)

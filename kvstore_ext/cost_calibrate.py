@@ -1,9 +1,10 @@
 """Measure codec speeds on this machine, for the cost model (cost.MeasuredSpeeds).
 
 Why: the kernel timings the cost model ships with were taken on another machine, and
-cover only the codecs bench/kernels.py times. This times every codec a scheme plans,
-the way the store runs it: a one-process store (rank 0 of 1) pushes and pulls each
-tensor of the model's shapes, which runs the codec's encode, the servers' decode of one
+its codec class table (bench/codec_times.py) on synthetic shapes, at the schemes'
+defaults, on this project's machine. This times every codec a scheme plans for the
+model's own shapes, the way the store runs it: a one-process store (rank 0 of 1)
+pushes and pulls each tensor, which runs the codec's encode, the servers' decode of one
 payload (the one-process transport calls the servers' code) and the worker's decode,
 with the store's own Python work between. The servers' decode of one worker's payload
 is timed on its own (``aggregate.decode_sum``) and taken out of the worker's share, so
@@ -14,7 +15,7 @@ Python.
 Limits (docs/COST_MODEL.md): one worker, so a codec whose parameters depend on the
 number of workers (the homomorphic digits per word, an agreement round from 8 workers)
 is timed as planned for one; a codec planned differently at the model's worker count
-(another class) falls back to the kernel timings. Wall-clock time on a shared machine
+(another class) falls back to the shipped timings. Wall-clock time on a shared machine
 includes other programs' use of the cores.
 """
 import time

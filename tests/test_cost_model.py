@@ -4,7 +4,8 @@
   bytes a real one-process step reports in ``comm_stats`` equal the model's, so the
   model cannot drift from the code (the parameter-server transport's padding of Gather
   payloads is the transport's own function, which the model calls);
-* its shipped kernel timings are those of bench/results/kernels.json;
+* its shipped kernel timings are those of bench/results/kernels.json (its codec class
+  table, bench/results/codec_times.json: tests/test_codec_table.py);
 * wire time falls as the link gets faster; a fast link with little compute picks
   dist_sync (codec time dominates), a slow link a compressing scheme;
 * ``python -m kvstore_ext.advise`` on a shapes file and on a gluoncv model prints every
@@ -95,7 +96,8 @@ def test_kernel_table_is_the_results_file():
 
 def test_per_tensor_cost():
     """cost() unpacks as (bytes_push, bytes_pull, codec_seconds, wire_seconds); a float32
-    tensor costs no codec time; a codec the kernel timings do not cover is None."""
+    tensor costs no codec time; a codec the kernel timings do not cover is priced from
+    the codec class table, and is None if its class is not there either."""
     hylo = kvstore_ext.SCHEMES['hylo']()
     codecs = cost.plan(hylo, {'conv': (256, 128, 3, 3)}, 4)
     push, pull, codec_s, wire_s = cost.cost(codecs['conv'], 4, 2, LINK)
@@ -106,7 +108,9 @@ def test_per_tensor_cost():
     plain = cost.cost(cost.plan(NoCompression(), {'b': (64,)}, 4)['b'], 4, 2, LINK)
     assert plain.codec_seconds == 0 and plain.bytes_push == plain.bytes_pull == 256
     thc = cost.plan(kvstore_ext.SCHEMES['thc'](), {'fc': (256, 300)}, 4)['fc']
-    assert cost.cost(thc, 4, 2, LINK).codec_seconds is None
+    assert cost.kernels_of(thc) is None and cost.cost(thc, 4, 2, LINK).codec_seconds > 0
+    rank3 = cost.plan(kvstore_ext.SCHEMES['powersgd'](rank=3), {'fc': (256, 300)}, 4)['fc']
+    assert cost.cost(rank3, 4, 2, LINK).codec_seconds is None
 
 
 def model_shapes():

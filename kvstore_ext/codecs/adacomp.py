@@ -30,6 +30,7 @@ class AdaCompCodec(GatherCodec):
     deferred_checks = True
     reports_sent = True
     codec_id = 4
+    speed_params = ('bin',)   # 50 for conv tensors, 500 for others by default
 
     @staticmethod
     def payload_words_of(n, a, count):

@@ -49,6 +49,11 @@ class Codec:
     # True if ``step`` writes its sum into ``state.out`` when the store sets it (the
     # chunk's part of the output; float32) and returns that array: no copy afterwards
     sums_into = False
+    # Constructor parameters besides the shape (kept as attributes of the same name)
+    # that change the codec's seconds per element and that the schemes' default plans
+    # vary: the shipped codec speed table (cost.CODEC_TIMES) files a codec under its
+    # class and these (cost.codec_class)
+    speed_params = ()
 
     # -- a server-decoded codec declares itself here; defining the class enters it in
     # the codec list (codec_list.py), which the servers and the C++ table's check read

@@ -84,6 +84,7 @@ class PowerSGDCodec(Codec):
     sums_into = True         # step 7's product goes straight into the output
     deferred_checks = True   # nothing waits on the host: a NaN voids the step on the
     voids_in_engine = True   # engine, the store reads this worker's status later
+    speed_params = ('rank',)  # rank 4 by default; L-GreCo's layers range around it
 
     def __init__(self, shape, rank, seed=0):
         super().__init__(shape)
