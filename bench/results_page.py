@@ -115,15 +115,20 @@ DEFAULTS = 'schemes_4w_short_defaults.json'
 # (same model, workers and schedule): {spec: [(file, key, the spec's name in that file)]}
 # (a run names the parameters it set, so today's defaults go by other names in older
 # files: float16's error_feedback=0 was a setting before it was the default).
-SCHEME_STEP = 'loopback_step_4w_cnn512_default_schemes.json'   # every default scheme, 10 seeds
+# every default scheme's loopback step: today's code (SCHEME_STEP), and the run before
+# float16's one-pass rounding and PowerSGD's fused orthonormalisation (accuracy only)
+SCHEME_STEP = 'loopback_step_4w_cnn512_default_schemes_seeds41-48.json'
+SCHEME_STEP_BEFORE = 'loopback_step_4w_cnn512_default_schemes.json'
 CHANGED_DEFAULTS = {
     'dist_sync_powersgd': [('torch_ddp_side_by_side.json', 'ours', 'dist_sync_powersgd'),
                            ('powersgd_fp16_4w_short_seeds4-6.json', 'runs',
                             'dist_sync_powersgd'),
+                           (SCHEME_STEP_BEFORE, 'runs', 'dist_sync_powersgd'),
                            (SCHEME_STEP, 'runs', 'dist_sync_powersgd')],
     'dist_sync_fp16': [('torch_ddp_side_by_side.json', 'ours', 'dist_sync_fp16(error_feedback=0)'),
                        ('powersgd_fp16_4w_short_seeds4-6.json', 'runs',
                         'dist_sync_fp16(error_feedback=0)'),
+                       (SCHEME_STEP_BEFORE, 'runs', 'dist_sync_fp16'),
                        (SCHEME_STEP, 'runs', 'dist_sync_fp16')],
 }
 

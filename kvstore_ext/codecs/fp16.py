@@ -1,5 +1,5 @@
 """Half precision in sum mode: each worker sends ``acc = grad + residual`` rounded to
-float16 in a float16 key, which MXNet's stock server adds (in float16) and workers pull
+float16 in a float16 key, which MXNet's stock server adds and workers pull
 as float16: the bytes of both directions halve. The rounding error, and what clipping
 holds back, stays in the residual (error feedback).
 
@@ -82,10 +82,10 @@ class Float16PairsCodec(GatherCodec):
     clipped and rounded as in sum mode, travel two to a float32 word in a Gather payload
     (cpp/codecs/fp16.h, kvx_ref ``fp16_pairs_encode``); the servers widen every
     worker's halves and add them in float32 with the plugin's kernels, and reply the sum
-    rounded once to float16, as pairs again. Why: MXNet's stock server adds float16 keys
-    element by element through a software conversion, 11-13x a float32 add
-    (bench/fp16_kernels.py), and at 4 workers on 2 cores that add was most of sum mode's
-    cost over ``dist_sync``. Bytes: 2 an element each way, plus a header."""
+    rounded once to float16, as pairs again: the sum in the plugin's kernels instead of
+    MXNet's server. Measured, it costs more than it saves: the Gather path's CPU exceeds
+    the stock server's float16 sum, which takes little (docs/schemes/fp16.md, "Step
+    time"); sum mode is the default. Bytes: 2 an element each way, plus a header."""
 
     name = 'fp16_pairs'
     codec_id = 7

@@ -20,8 +20,8 @@ Per tensor, after the worker has summed its devices:
    MXNet's server adds them (in float32, rounded once to float16: measured) and
    workers pull the float16 sum. ``'server'``: the halves travel two to a float32 word
    and the servers decode and add them in float32 with the plugin's kernels, then
-   reply the sum rounded once to float16 (codecs/fp16.py, ``Float16PairsCodec``):
-   MXNet's float16 add converts in software, 11-13x a float32 add. Either way both
+   reply the sum rounded once to float16 (codecs/fp16.py, ``Float16PairsCodec``),
+   slower on loopback than the stock server's sum (docs/schemes/fp16.md). Either way both
    directions carry 2 bytes an element (2x smaller than float32), and the last
    rounding is not fed back (docs/schemes/fp16.md).
 """
@@ -40,12 +40,12 @@ class Float16(Scheme):
                                 "PyTorch's fp16_compress_hook, keeps none: the same "
                                 'accuracy on cnn512 over 6 seeds, a faster step',
                                 low=0, high=1, rank='tune'),
-        'aggregation': Param('str', 'sum', "'sum': MXNet's stock server adds float16 "
-                             "keys (in software, 11-13x a float32 add); 'server': the "
-                             'servers decode the halves and add them in float32 with the '
-                             "plugin's kernels, then reply the sum as float16: the same "
-                             'bytes, less server CPU, but slower on loopback at 4 '
-                             'workers (its Gather round costs more than the add saves)',
+        'aggregation': Param('str', 'sum', "'sum': MXNet's stock server adds the float16 "
+                             "keys; 'server': the servers decode the halves and add them "
+                             "in float32 with the plugin's kernels, then reply the sum as "
+                             'float16: the same bytes, but slower on loopback at 4 workers '
+                             '(its Gather round costs the workers and the servers more '
+                             'CPU than the stock sum)',
                              choices=('sum', 'server'), rank='tune'),
         'size_threshold': SIZE_THRESHOLD,
     }
