@@ -6,6 +6,8 @@ included) equal NumPy's float64 ``qr`` (python/kvx_ref/powersgd.py, ``orthonorma
 to float32 rounding, orthonormal for zero and rank-deficient input too; the same bits
 on every call; a NaN or Inf (or a void step before) makes the step void, P^ of zeros
 orthonormal and the next Q the old one; bad shapes and dtypes are refused, naming the op.
+``kvx_powersgd_acc(grad, residual) -> (acc, status)``: step 1, ``grad + residual`` bit
+for bit NumPy's, with the gradient's finite check as its status.
 """
 import numpy as np
 import pytest
@@ -148,3 +150,35 @@ def test_ops_refuse_other_dtypes(ops, dtype):
     with pytest.raises(mx.base.MXNetError, match='kvx_powersgd_next_q'):
         ops.kvx_powersgd_next_q(mx.nd.ones((5, 2)), mx.nd.ones((5, 2), dtype=dtype),
                                 mx.nd.zeros((1,)))[0].wait_to_read()
+
+
+@pytest.mark.parametrize('shape', [(1,), (7, 3), (512, 3136), (64, 32, 5, 5)])
+def test_acc_is_the_sum_bit_for_bit(ops, shape):
+    rng = np.random.default_rng(11)
+    grad = rng.standard_normal(shape).astype(f32)
+    residual = (rng.standard_normal(shape) * 1e-3).astype(f32)
+    acc, status = ops.kvx_powersgd_acc(nd(grad), nd(residual.reshape((-1,))))
+    assert acc.shape == shape
+    assert same_bits(acc.asnumpy(), grad + residual)
+    assert status.asnumpy().tolist() == [0.0]
+
+
+@pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize('at', [0, 37, 999])
+def test_acc_status_says_a_nonfinite_gradient(ops, bad, at):
+    grad = np.ones(1000, f32)
+    grad[at] = bad
+    acc, status = ops.kvx_powersgd_acc(nd(grad), nd(np.zeros(1000, f32)))
+    assert status.asnumpy().tolist() == [1.0]          # kNonFinite
+    assert not np.isfinite(acc.asnumpy()[at])
+    residual = np.zeros(1000, f32)
+    residual[at] = bad                                  # only the gradient counts
+    _, status = ops.kvx_powersgd_acc(nd(np.ones(1000, f32)), nd(residual))
+    assert status.asnumpy().tolist() == [0.0]
+
+
+def test_acc_refuses_mismatched_sizes_and_dtypes(ops):
+    with pytest.raises(mx.base.MXNetError, match='kvx_powersgd_acc'):
+        ops.kvx_powersgd_acc(nd(np.ones(10, f32)), nd(np.ones(9, f32)))
+    with pytest.raises(mx.base.MXNetError, match='kvx_powersgd_acc'):
+        ops.kvx_powersgd_acc(mx.nd.ones(10, dtype=np.float64), nd(np.ones(10, f32)))

@@ -14,6 +14,29 @@ namespace kvx {
 
 namespace {
 
+KVX_HOT uint32_t add_and_check(const float* grad, const float* residual, int64_t n,
+                               float* acc) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &grad[i], sizeof u);
+    bad |= static_cast<uint32_t>((u & 0x7fffffffu) >= 0x7f800000u);
+    acc[i] = grad[i] + residual[i];
+  }
+  return bad;
+}
+
+KVX_HOT uint32_t copy_and_check(const float* grad, int64_t n, float* acc) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &grad[i], sizeof u);
+    bad |= static_cast<uint32_t>((u & 0x7fffffffu) >= 0x7f800000u);
+    acc[i] = grad[i];
+  }
+  return bad;
+}
+
 // One row: product[j] = sum_k p_row[k] q^T[k][j], then out[j] = acc[j] - product[j].
 // Over j innermost, so that GCC vectorises every loop.
 KVX_HOT void residual_row(const float* acc, const float* p_row, const float* q_t,
@@ -28,6 +51,13 @@ KVX_HOT void residual_row(const float* acc, const float* p_row, const float* q_t
 }
 
 }  // namespace
+
+int powersgd_acc(const float* grad, const float* residual, int64_t n, float* acc) {
+  if (n < 0) return kBadParam;
+  const uint32_t bad = residual ? add_and_check(grad, residual, n, acc)
+                                : copy_and_check(grad, n, acc);
+  return bad ? kNonFinite : kOk;
+}
 
 void lowrank_residual(const float* acc, const float* p, const float* q, int64_t rows,
                       int64_t cols, int64_t rank, float* residual) {

@@ -8,6 +8,12 @@
 
 namespace kvx {
 
+// Step 1: acc = grad + residual (n elements; residual null: acc = grad, a copy).  Returns
+// kNonFinite if grad holds a NaN or Inf (acc is still written: the step voids itself on
+// the engine, powersgd.py), else kOk: the gradient's finite check rides along, one pass
+// where MXNet's add (several times a copy's time) and a check took two.
+int powersgd_acc(const float* grad, const float* residual, int64_t n, float* acc);
+
 // residual = acc - p q^T, with acc and residual rows x cols, p rows x rank and q
 // cols x rank, all row-major; each element's rank products are added in k order, in
 // float32.  One pass over acc and the residual: MXNet's gemm in place on acc and a copy

@@ -1,5 +1,8 @@
-// PowerSGD's worker-side ops (kvstore_ext/codecs/powersgd.py, steps 4, 5 and 7).
+// PowerSGD's worker-side ops (kvstore_ext/codecs/powersgd.py, steps 1, 4, 5 and 7).
 //
+//   kvx_powersgd_acc(grad, residual)  -> acc f32 of grad's shape, status f32[1]:
+//                         acc = grad + residual (residual of as many elements); status
+//                         is kNonFinite (1) if grad holds NaN/Inf, else 0
 //   kvx_powersgd_p_hat(p f32[R, r])    -> p_hat f32[R, r], void f32[1]: void is 1 if p
 //                         holds NaN/Inf, else 0; p_hat = orthonormal columns of p
 //                         (Householder QR), or of zeros if void
@@ -18,6 +21,25 @@
 using namespace kvx_ops;
 
 namespace {
+
+struct PowerSGDAcc : OpSpec {
+  static constexpr const char* name = "kvx_powersgd_acc";
+  static constexpr const char* inputs[] = {"grad", "residual"};
+  static constexpr int outputs = 2;
+  static bool shape(const Params&, const Shapes& in, Shapes* out) {
+    if (product(in[0]) != product(in[1])) {
+      MX_ERROR_MSG << name << ": grad and residual must hold as many elements, got "
+                   << shape_string(in[0]) << " and " << shape_string(in[1]);
+      return false;
+    }
+    (*out)[0] = in[0];
+    (*out)[1] = Shape{1};
+    return true;
+  }
+  static void forward(const Params&, Tensors& in, Tensors& out) {
+    set_status(out[1], kvx::powersgd_acc(f32(in[0]), f32(in[1]), in[0].size(), f32(out[0])));
+  }
+};
 
 struct LowrankResidual : OpSpec {
   static constexpr const char* name = "kvx_lowrank_residual";
@@ -93,6 +115,7 @@ struct PowerSGDNextQ : OpSpec {
 
 }  // namespace
 
+KVX_REGISTER_OP(PowerSGDAcc);
 KVX_REGISTER_OP(LowrankResidual);
 KVX_REGISTER_OP(PowerSGDPHat);
 KVX_REGISTER_OP(PowerSGDNextQ);

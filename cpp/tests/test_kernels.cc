@@ -1558,6 +1558,37 @@ void test_powersgd_q() {
   CHECK(span_error(deficient, deficient_q, 40, 4) < 1e-5);
 }
 
+void test_powersgd_acc() {
+  g_test = "powersgd_acc";
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}}) {
+    const Floats grad = randn(n, 31), residual = randn(n, 32);
+    Floats acc(n, 7.0f), copy(n, 7.0f);
+    CHECK_EQ(kvx::powersgd_acc(grad.data(), residual.data(), n, acc.data()), kvx::kOk);
+    int wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += acc[i] != grad[i] + residual[i];
+    CHECK_EQ(wrong, 0);
+    CHECK_EQ(kvx::powersgd_acc(grad.data(), nullptr, n, copy.data()), kvx::kOk);
+    CHECK(same_bits(copy, grad));
+  }
+  // a NaN or +-Inf in grad, first, in the vector body or last: kNonFinite, acc written;
+  // the residual does not count (a void step never leaves it non-finite)
+  const Floats residual = randn(100, 34);
+  for (int64_t at : {int64_t{0}, int64_t{50}, int64_t{99}}) {
+    for (float bad : {kNaN, kInf, -kInf}) {
+      Floats grad = randn(100, 33), acc(100);
+      grad[at] = bad;
+      CHECK_EQ(kvx::powersgd_acc(grad.data(), residual.data(), 100, acc.data()),
+               kvx::kNonFinite);
+      CHECK(!std::isfinite(acc[at]));
+      CHECK_EQ(kvx::powersgd_acc(grad.data(), nullptr, 100, acc.data()), kvx::kNonFinite);
+    }
+  }
+  Floats grad = randn(100, 35), bad_residual = residual, acc(100);
+  bad_residual[3] = kNaN;
+  CHECK_EQ(kvx::powersgd_acc(grad.data(), bad_residual.data(), 100, acc.data()), kvx::kOk);
+  CHECK_EQ(kvx::powersgd_acc(grad.data(), residual.data(), -1, acc.data()), kvx::kBadParam);
+}
+
 void test_powersgd_void() {
   g_test = "powersgd_void";
   const int64_t rows = 30, rank = 3;
@@ -1629,6 +1660,7 @@ int main() {
   test_fp16();
   test_powersgd_q();
   test_powersgd_void();
+  test_powersgd_acc();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures > 100 ? 100 : g_failures;
 }

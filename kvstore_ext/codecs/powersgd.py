@@ -60,7 +60,7 @@ approximations of halves instead of one of the whole.
 import numpy as np
 
 from .base import Codec
-from ..ops import constant, nonfinite, op
+from ..ops import constant, op
 from ..rounds import Sum
 
 MIN_RATIO = 2     # a chunk is compressed only if its rank-r form is this much smaller
@@ -129,15 +129,16 @@ class PowerSGDCodec(Codec):
         # engine, so the worker goes on to the next key while this one's rounds travel.
         # A non-finite value decides the step in the engine instead (module docstring,
         # "A NaN or Inf").
-        # 1. error feedback
-        acc = (grad + state.residual).reshape((self.rows, self.cols))
+        # 1. error feedback, and whether this worker's gradient was finite (its status:
+        # the store reads it later, check_encoded under deferred_checks)
+        acc, status = op('kvx_powersgd_acc')(grad, state.residual)
+        acc = acc.reshape((self.rows, self.cols))
         # 2. warm start
         q = state.get('Q')
         if q is None:
             q = self.initial_q()
-        # 3. P, summed; whether this worker's gradient was finite is its status (the
-        # store reads it later: check_encoded under deferred_checks)
-        check_encoded(nonfinite(grad), 'gradient')
+        # 3. P, summed
+        check_encoded(status, 'gradient')
         p = yield Sum('P', ndarray.dot(acc, q))
         # 4. the same orthonormal P^ on every worker, and whether P is void (then P^ is
         # of zeros: finite, and the step's results are discarded below)
