@@ -20,6 +20,7 @@ from kvstore_ext import chunking
 
 from test_dist_aggregate import JOB, job, launch, worker_gradients
 from test_powersgd_void import host_reads
+from array_copies import count_copies
 
 f32 = np.float32
 
@@ -90,24 +91,12 @@ def test_sum_widened_into_the_output(monkeypatch, shape, chunk_size):
     assert len(chunking.split(kv.scheme.codec_for(shape, f32), chunk_size)) == (
         1 if chunk_size > 1e5 else 8)
     copies = []
-    copyto, setitem = mx.nd.NDArray.copyto, mx.nd.NDArray.__setitem__
-
-    def counted_copyto(array, other):
-        if isinstance(other, mx.nd.NDArray) and other.size > 1:
-            copies.append(other.shape)
-        return copyto(array, other)
-
-    def counted_setitem(array, key, value):
-        if array.size > 1:      # (a chunked key's first values: void_steps.deferred_step)
-            copies.append(array.shape)
-        return setitem(array, key, value)
     rng = np.random.default_rng(5)
     for step in range(3):
         grad = rng.standard_normal(shape).astype(f32)
         value, out = mx.nd.array(grad), mx.nd.zeros(shape)
         if step:
-            monkeypatch.setattr(mx.nd.NDArray, 'copyto', counted_copyto)
-            monkeypatch.setattr(mx.nd.NDArray, '__setitem__', counted_setitem)
+            count_copies(monkeypatch, copies)
         kv.pushpull('w', value, out=out)
         monkeypatch.undo()
         assert copies == [], 'the step copied arrays of shapes %s' % copies

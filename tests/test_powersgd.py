@@ -28,6 +28,7 @@ from kvstore_ext.memory import ChunkState
 from kvstore_ext.schemes import PowerSGD
 
 from test_dist_aggregate import JOB, job, launch, worker_gradients
+from array_copies import count_copies
 
 LINK = cost.Link(cost.parse_rate('1Gbit'), 50e-6)
 
@@ -240,24 +241,12 @@ def test_sum_written_into_the_output(monkeypatch, shape, chunk_size):
     chunks = chunking.split(kv.scheme.codec_for(shape, f32), chunk_size)
     want = ref.PowerSGDReference(shape, 1, bounds=[(c.start, c.stop) for c in chunks])
     copies = []
-    copyto, setitem = mx.nd.NDArray.copyto, mx.nd.NDArray.__setitem__
-
-    def counted_copyto(array, other):
-        if isinstance(other, mx.nd.NDArray) and other.size > 1:
-            copies.append(other.shape)
-        return copyto(array, other)
-
-    def counted_setitem(array, key, value):
-        if array.size > 1:      # (a chunked key's first values: void_steps.deferred_step)
-            copies.append(array.shape)
-        return setitem(array, key, value)
     rng = np.random.default_rng(7)
     for step in range(3):
         grad = low_rank_plus_noise(rng, shape)
         value, out = mx.nd.array(grad), mx.nd.zeros(shape)
         if step:        # (step 0 draws Q: NumPy into an array)
-            monkeypatch.setattr(mx.nd.NDArray, 'copyto', counted_copyto)
-            monkeypatch.setattr(mx.nd.NDArray, '__setitem__', counted_setitem)
+            count_copies(monkeypatch, copies)
         kv.pushpull('w', value, out=out)
         monkeypatch.undo()
         assert copies == [], 'the step copied arrays of shapes %s' % copies
