@@ -225,9 +225,8 @@ def run_job(kvstore, args, out_dir):
     env = dict(os.environ, OMP_NUM_THREADS='1')
     if args.naive:
         env['MXNET_ENGINE_TYPE'] = 'NaiveEngine'
-    name, _, params = kvstore.partition(':')     # dist_sync_fp16:aggregation=server
-    params = dict(pair.split('=', 1) for pair in params.split(',') if pair)
-    params = {k: v if v.isalpha() else json.loads(v) for k, v in params.items()}
+    from cluster import parse_scheme     # dist_sync_fp16:aggregation=server
+    _, name, params = parse_scheme(kvstore)
     train = ['--model', 'cnn512', '--kvstore', name, '--batch-size', '32',
              '--compression-params', json.dumps(params), '--lr', '0.05',
              '--momentum', '0.9', '--lr-mode', 'constant', '--num-epochs', str(args.epochs),
