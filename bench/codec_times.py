@@ -150,12 +150,16 @@ def main(argv=None):
     parser.add_argument('--copy', action='store_true',
                         help='also rewrite cost.CODEC_TIMES in kvstore_ext/cost.py from it')
     args = parser.parse_args(argv)
-    logging.disable(logging.WARNING)        # a scheme's note on a missing optimizer
     from kvstore_ext import SCHEMES, cost
     variants = cost.variants(SCHEMES)
     load_before = list(os.getloadavg())
     start = time.perf_counter()
-    table, measured_by = class_rows(variants, SHAPES, args.repeats)
+    was_disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)        # a scheme's note on a missing optimizer
+    try:
+        table, measured_by = class_rows(variants, SHAPES, args.repeats)
+    finally:
+        logging.disable(was_disabled)       # a caller in the same process logs again
     result = {
         'meta': {
             'command': 'python bench/codec_times.py --repeats %d%s' % (
