@@ -146,17 +146,21 @@ def save_speeds(speeds, path, calibrations=()):
         json.dump(saved, f, indent=1)
 
 
-def calibrate_into(path, variants, shapes, repeats):
+def calibrate_into(path, variants, shapes, repeats, again=()):
     """MeasuredSpeeds of the speeds file ``path`` after timing (cost_calibrate) the codecs
     that ``variants`` plan for ``shapes`` and the file lacks, and adding them to it (every
     codec if there is no file): a second command, or a plan that grew, reuses what is
-    measured. Each calibration that times something is recorded in the file with the
+    measured. ``again``: codec class names whose entries are timed anew (their code
+    changed). Each calibration that times something is recorded in the file with the
     load average before and after it."""
     from kvstore_ext.cost_calibrate import calibrate
     saved = {'source': None, 'measured': {}, 'calibrations': []}
     if os.path.exists(path):
         with open(path) as f:
             saved.update(json.load(f))
+    stale = [k for k in saved['measured'] if k.split('(')[0] in again]
+    for k in stale:
+        del saved['measured'][k]
     before, started = os.getloadavg(), time.monotonic()
     new = calibrate(variants, shapes, repeats=repeats, known=saved['measured'])
     if new.measured or not os.path.exists(path):
@@ -170,8 +174,9 @@ def calibrate_into(path, variants, shapes, repeats):
             repeats, before[0], after[0])
         source = 'calibrated on this machine (%s)' % how
         if saved['measured']:
-            source = '%s; %d codecs added later (%s)' % (saved['source'],
-                                                         len(new.measured), how)
+            what = ('%d codecs of %s timed again' % (len(new.measured), ', '.join(again))
+                    if stale else '%d codecs added later' % len(new.measured))
+            source = '%s; %s (%s)' % (saved['source'], what, how)
         merged = dict({k: tuple(v) for k, v in saved['measured'].items()}, **new.measured)
         from kvstore_ext import cost
         save_speeds(cost.MeasuredSpeeds(merged, source=source), path,
@@ -327,6 +332,20 @@ def write(result, path):
     os.replace(tmp, path)
 
 
+def cell(row):
+    """What a row measured: the same cell in two rows is the same job run twice."""
+    return (row.get('workers'), row.get('servers'), row.get('model'), row.get('rate'),
+            row.get('scheme'))
+
+
+def replace_cell(result, row):
+    """Move the rows of ``row``'s cell out of ``result['runs']`` into
+    ``result['replaced_runs']`` (kept: what the code before measured)."""
+    old = [r for r in result['runs'] if cell(r) == cell(row)]
+    result['runs'] = [r for r in result['runs'] if cell(r) != cell(row)]
+    result.setdefault('replaced_runs', []).extend(old)
+
+
 def sweep(args, result, speeds, shapes, plugin):
     for workers, schemes in args.plan:
         if past(args.stop_at):
@@ -375,6 +394,8 @@ def sweep(args, result, speeds, shapes, plugin):
                                 1e3 * row['compute_s'], '' if rate is None else
                                 ', auto at %.0f Mbit/s' % (rate / 1e6)),
                                 file=sys.stderr, flush=True)
+                        if args.replace:
+                            replace_cell(result, row)
                         result['runs'].append(row)
                         write(result, args.json)
         finally:
@@ -418,10 +439,22 @@ def parse_args(argv):
     parser.add_argument('--append', action='store_true',
                         help='add the rows to those already in --json (its config stays; '
                              'this run\'s goes to more_config)')
+    parser.add_argument('--replace', action='store_true',
+                        help='as --append, but a new row takes the place of the rows of '
+                             'its cell (workers, servers, model, rate, scheme), which move '
+                             'to replaced_runs: a cell re-measured after its code changed')
+    parser.add_argument('--recalibrate', default='',
+                        help='with --calibrate: codec classes (comma-separated, e.g. '
+                             'PowerSGDCodec,Float16Codec) to time again although --speeds '
+                             'has them (their code changed)')
     parser.add_argument('--prefix', default='kvxv', help='namespace prefix')
     parser.add_argument('--subnet', default='10.213.0.0/24')
     args = parser.parse_args(argv)
     args.rates = [r for r in args.rates.split(',') if r]
+    args.append = args.append or args.replace
+    args.recalibrate = [c for c in args.recalibrate.split(',') if c]
+    if args.recalibrate and not args.calibrate:
+        parser.error('--recalibrate goes with --calibrate')
     args.models = [m for m in args.models.split(',') if m]
     counts = [int(w) for w in args.workers.split(',') if w]
     if args.schemes:
@@ -451,7 +484,8 @@ def main(argv=None):
         from kvstore_ext import cost
         from kvstore_ext.registry import SCHEMES
         merged = {'%s/%s' % (m, k): s for m in args.models for k, s in shapes[m].items()}
-        calibrate_into(args.speeds, cost.variants(SCHEMES), merged, repeats=5)
+        calibrate_into(args.speeds, cost.variants(SCHEMES), merged, repeats=5,
+                       again=args.recalibrate)
         return 0
     speeds = load_speeds(args.speeds)
     if args.predict_only:

@@ -144,6 +144,46 @@ def test_calibrate_adds_only_what_the_speeds_file_lacks(tmp_path):
     assert open(path).read() == before
 
 
+def test_recalibrate_times_a_class_again_and_keeps_the_others(tmp_path):
+    """--calibrate --recalibrate CLASS (calibrate_into's ``again``): the entries of that
+    codec class are timed anew though the file has them (their code changed); the
+    others keep their numbers, and the file's source says which class was re-timed."""
+    import json
+    from kvstore_ext import cost
+    path = str(tmp_path / 'speeds.json')
+    variants = [('dist_sync_hylo', 'hylo', {})]
+    shapes = {'conv': (128, 64, 3, 3), 'fc': (256, 512)}
+    vcm.calibrate_into(path, variants, shapes, repeats=1)
+    planned = cost.plan(vcm.scheme_of('dist_sync_hylo', {}), shapes, 1)
+    conv, fc = cost.signature(planned['conv']), cost.signature(planned['fc'])
+    with open(path) as f:
+        saved = json.load(f)
+    saved['measured'] = {conv: [1.0, 2.0], fc: [3.0, 4.0]}       # marks: not timings
+    with open(path, 'w') as f:
+        json.dump(saved, f)
+    again = vcm.calibrate_into(path, variants, shapes, repeats=1,
+                               again=[fc.split('(')[0]])
+    assert again.measured[conv] == (1.0, 2.0)
+    assert fc in again.measured and again.measured[fc] != (3.0, 4.0)
+    assert '1 codecs of %s timed again' % fc.split('(')[0] in again.source
+    with open(path) as f:
+        assert json.load(f)['calibrations'][-1]['codecs'] == [fc]
+
+
+def test_replace_moves_the_old_rows_of_a_cell_aside():
+    """--replace: a re-measured cell's new row takes the place of its old ones, which
+    are kept in replaced_runs; rows of other cells stay."""
+    def row(scheme, rate, step_s):
+        return {'workers': 2, 'servers': 1, 'model': 'vgg', 'rate': rate,
+                'scheme': scheme, 'step_s': step_s}
+    result = {'runs': [row('dist_sync_fp16', '1gbit', 1.0), row('dist_sync', '1gbit', 2.0),
+                       row('dist_sync_fp16', 'none', 3.0)]}
+    new = row('dist_sync_fp16', '1gbit', 0.5)
+    vcm.replace_cell(result, new)
+    assert result['runs'] == [row('dist_sync', '1gbit', 2.0), row('dist_sync_fp16', 'none', 3.0)]
+    assert result['replaced_runs'] == [row('dist_sync_fp16', '1gbit', 1.0)]
+
+
 def test_a_rows_policy_is_the_agreed_rate_with_every_workers_fit():
     """bench/cluster.py's row carries policy='auto''s decisions (the same on every
     worker) once, with each worker's own rate fit; None for another kvstore."""
