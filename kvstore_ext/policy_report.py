@@ -31,6 +31,8 @@ def decisions(store):
     """{'rate_bits' (what the plans use, 0: not agreed yet), 'rate_source' ('given',
     'measured' or 'not agreed'), 'link_rate_given', 'codec_times', 'rate_fit' (this
     worker's own policy.RateFit as a dict, None without a measured rate),
+    'codec_timing_s' (the seconds this worker spent timing the codecs and agreeing on
+    their times, once a job; None if it did not: codec_timing.py),
     'compressed': {key as str: bool} of the keys planned so far}; None unless the
     store's scheme runs policy='auto'."""
     scheme = store.scheme
@@ -43,6 +45,7 @@ def decisions(store):
             'rate_source': 'given' if given else ('measured' if agreed > 0 else 'not agreed'),
             'link_rate_given': given, 'codec_times': scheme.params['codec_times'],
             'rate_fit': fit.as_dict() if fit is not None else None,
+            'codec_timing_s': scheme.codec_timing_s,
             'compressed': {str(k): not s.codec.passthrough
                            for k, s in store._keys.items() if s.codec is not None}}
 
@@ -58,8 +61,10 @@ def line(found):
             fit['method'], fit['rounds'],
             '' if fit['latency_s'] is None else ', latency %.2f ms' % (1e3 * fit['latency_s']),
             fit['mean_bits'] / 1e6)
+    timed = found['codec_timing_s']
+    times = found['codec_times'] + ('' if timed is None else ' (timed in %.2f s)' % timed)
     return ("policy='auto': link rate %.0f Mbit/s, %s, codec times %s: %d of %d keys "
-            "compressed%s" % (found['rate_bits'] / 1e6, how, found['codec_times'],
+            "compressed%s" % (found['rate_bits'] / 1e6, how, times,
                               len(compressed), len(found['compressed']),
                               ': ' + names if compressed else ''))
 

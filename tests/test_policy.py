@@ -310,6 +310,7 @@ def test_decisions_are_reported_logged_once_and_summarized(tmp_path, caplog, rat
         assert found['rate_fit']['rounds'] == 2 * len(LOCAL_SHAPES)  # broadcast, step 0
         assert [len(x) for x in logged] == [0, 0, 1, 1, 1]
     assert '%.0f Mbit/s' % (found['rate_bits'] / 1e6) in logged[-1][0]
+    assert found['codec_timing_s'] is None and 'timed in' not in logged[-1][0]
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'gluon_scripts'))
     from training import report
     args = argparse.Namespace(kvstore='dist_sync_hylo', compression_params={},
@@ -357,7 +358,9 @@ def test_slow_codec_times_flip_to_float32_fast_keep_compressed():
     slow = Hylo(policy='auto', link_rate=1e8)
     slow.codec_timer = report(10.0)
     assert not slow.codec_for(shape, f32, step=0).passthrough      # the shipped table
+    assert slow.codec_timing_s is None
     assert all(c.passthrough for c in settle_workers([slow], shape))
+    assert 0 <= slow.codec_timing_s < 60       # reported: what the timing cost, once
     fast = Hylo(policy='auto', link_rate=1e13)
     fast.codec_timer = report(0.0)
     assert fast.codec_for(shape, f32, step=0).passthrough
@@ -368,6 +371,7 @@ def test_slow_codec_times_flip_to_float32_fast_keep_compressed():
         shipped.codec_timer = timer
         first = shipped.codec_for(shape, f32, step=0).passthrough
         assert shipped.codec_for(shape, f32, step=1).passthrough is first
+        assert shipped.codec_timing_s is None
 
 
 def test_agreed_codec_times_are_the_slowest_workers():
@@ -532,6 +536,7 @@ def test_dist_measured_rate_is_reported_and_logged_once(tmp_path, job_env):
     lines = [l for l in proc.stdout.splitlines() if "policy='auto': link rate" in l]
     assert len(lines) == 1, proc.stdout[-3000:]
     assert '%.0f Mbit/s' % (a['policy']['rate_bits'] / 1e6) in lines[0]
+    assert '(timed in %.2f s)' % a['policy']['codec_timing_s'] in lines[0], lines[0]
     compressed = sum(a['policy']['compressed'].values())
     assert '%d of 4 keys compressed' % compressed in lines[0], lines[0]
 

@@ -1,4 +1,6 @@
 """A scheme = validated parameters + a policy choosing a codec for each tensor."""
+import time
+
 import numpy as np
 
 from .. import params as _params
@@ -155,6 +157,7 @@ class Scheme:
     link_meter = None           # this worker's measured link rate (link_rate=0)
     agreed_rate = 0.0           # bits/s the workers agreed on (link_rate=0)
     codec_speeds = None         # agreed codec seconds (codec_times='measured', codec_timing.py)
+    codec_timing_s = None       # what timing and agreeing on them took this worker (once)
     # A hook: (codec, workers, chunk_size) -> {cost.signature of a chunk codec: (worker s,
     # servers' s per payload)}, this worker's timing; None: codec_timing.measure
     codec_timer = None
@@ -204,9 +207,11 @@ class Scheme:
         policy.RATE_CHANGE times."""
         if self.times_codecs() and self.codec_speeds is None:
             from .. import codec_timing
+            start = time.perf_counter()
             self.codec_speeds = codec_timing.settle(
                 self._candidates, self.num_workers, rank, self.params['chunk_size'], share,
                 self.codec_timer)
+            self.codec_timing_s = time.perf_counter() - start
         if not self.measures_link(0):
             return
         rate = _policy.agree_rate(self.link_meter, self.num_workers, share)
