@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -12,10 +13,58 @@
 
 namespace kvx {
 
-// |grad + residual| of every element (acc formed as the spec forms it, in float32).
-KVX_HOT static void acc_magnitudes(const float* grad, const float* residual, int64_t n,
-                                   float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = std::fabs(grad[i] + residual[i]);
+// |grad + residual| as the bits of a float32 (acc formed as the spec forms it): for a
+// non-negative float the bits order as the value does.
+static KVX_INLINE uint32_t magnitude_bits(float grad, float residual) {
+  const float m = std::fabs(grad + residual);
+  uint32_t bits;
+  std::memcpy(&bits, &m, sizeof bits);
+  return bits;
+}
+
+constexpr int kBucketShift = 20;  // a bucket: the top 12 bits (exponent, 3 of the mantissa)
+constexpr int64_t kBuckets = int64_t{1} << (32 - kBucketShift);
+
+// An element that may be sent: its index and acc.
+struct Candidate {
+  int64_t index;
+  float acc;
+};
+
+// The elements whose magnitude may be among the k largest (1 <= k <= n), in index order,
+// found by a radix select without sorting or copying the tensor: one pass counts the
+// magnitudes per bucket, which names the bucket that holds the k-th largest; a second
+// collects the elements of that bucket and of every bucket above it (larger magnitudes
+// only): k and the few of the k-th's bucket that are smaller.
+static std::vector<Candidate> candidates_of(const float* grad, const float* residual,
+                                            int64_t n, int64_t k) {
+  // Four interleaved counts: a gradient's magnitudes crowd into a few buckets, and
+  // increments of one counter in a row would each wait for the one before.
+  constexpr int64_t kWays = 4;
+  std::vector<int64_t> counts(static_cast<size_t>(kWays * kBuckets), 0);
+  int64_t i = 0;
+  for (; i + kWays <= n; i += kWays)
+    for (int64_t w = 0; w < kWays; ++w)
+      ++counts[w * kBuckets + (magnitude_bits(grad[i + w], residual[i + w]) >> kBucketShift)];
+  for (; i < n; ++i) ++counts[magnitude_bits(grad[i], residual[i]) >> kBucketShift];
+  int64_t bucket = kBuckets - 1, at_or_above = 0;
+  for (;; --bucket) {
+    for (int64_t w = 0; w < kWays; ++w) at_or_above += counts[w * kBuckets + bucket];
+    if (at_or_above >= k) break;
+  }
+  const uint32_t lowest = static_cast<uint32_t>(bucket) << kBucketShift;
+  std::vector<Candidate> found;
+  found.reserve(static_cast<size_t>(at_or_above));
+  for (i = 0; i < n; ++i) {
+    const float acc = grad[i] + residual[i];
+    if (magnitude_bits(grad[i], residual[i]) >= lowest) found.push_back({i, acc});
+  }
+  return found;
+}
+
+// residual[i] = grad[i] + residual[i]: what every element not sent keeps.
+KVX_HOT static void accumulate(const float* grad, float* residual, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) residual[i] = grad[i] + residual[i];
 }
 
 int element_topk_encode(const float* grad, float* residual, int64_t n, int64_t k,
@@ -34,31 +83,29 @@ int element_topk_encode(const float* grad, float* residual, int64_t n, int64_t k
   zero(payload, words);
   if (!acc_all_finite(grad, residual, n)) return kNonFinite;
 
-  // The k-th largest magnitude; every element above it is sent, and of those equal to
-  // it the first `ties` by index (ties to the lower index).
-  std::vector<float> magnitude(static_cast<size_t>(n));
-  acc_magnitudes(grad, residual, n, magnitude.data());
-  std::vector<float> order(magnitude);
-  std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), std::greater<float>());
-  const float kth = order[k - 1];
+  // Every candidate above the k-th largest magnitude is sent, and of those equal to it
+  // the first `ties` by index (ties to the lower index).
+  const std::vector<Candidate> found = candidates_of(grad, residual, n, k);
+  std::vector<float> magnitude(found.size());
+  for (size_t c = 0; c < found.size(); ++c) magnitude[c] = std::fabs(found[c].acc);
+  std::nth_element(magnitude.begin(), magnitude.begin() + (k - 1), magnitude.end(),
+                   std::greater<float>());
+  const float kth = magnitude[k - 1];
   int64_t ties = k;
-  for (float m : magnitude) ties -= m > kth;
+  for (const Candidate& c : found) ties -= std::fabs(c.acc) > kth;
 
+  accumulate(grad, residual, n);
   write_header(payload, kCodecElementTopk, n, static_cast<float>(k), 0.0f, k * width);
   float* entry = payload + kHeaderWords;
-  for (int64_t i = 0; i < n; ++i) {
-    const float acc = grad[i] + residual[i];
-    const bool sent = magnitude[i] > kth || (magnitude[i] == kth && ties > 0);
-    if (!sent) {
-      residual[i] = acc;
-      continue;
-    }
-    ties -= magnitude[i] == kth;
-    entry[0] = static_cast<float>(i % kExactF32);
-    if (width == 3) entry[1] = static_cast<float>(i / kExactF32);
-    entry[width - 1] = acc;
+  for (const Candidate& c : found) {
+    const float m = std::fabs(c.acc);
+    if (!(m > kth || (m == kth && ties > 0))) continue;
+    ties -= m == kth;
+    entry[0] = static_cast<float>(c.index % kExactF32);
+    if (width == 3) entry[1] = static_cast<float>(c.index / kExactF32);
+    entry[width - 1] = c.acc;
     entry += width;
-    residual[i] = 0.0f;
+    residual[c.index] = 0.0f;
   }
   return kOk;
 }

@@ -1283,6 +1283,64 @@ void test_element_topk_roundtrips() {
   CHECK(same_bits(Floats(p.end() - 6, p.end()), Floats({0, 1, 3, 36, 1, 3})));
 }
 
+// The encoder against a full sort: the k largest |acc| (ties to the lower index) sent
+// by ascending index, everything else in the residual, bit for bit; on tensors whose
+// k-th magnitude is shared by many elements, is zero, or sits in a crowded bucket of the
+// encoder's radix select.
+void check_element_topk_exact(const Floats& g, const Floats& r0, int64_t k) {
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  auto magnitude = [&](int64_t i) { return std::fabs(g[i] + r0[i]); };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return magnitude(a) > magnitude(b); });
+  std::vector<int64_t> sent(order.begin(), order.begin() + k);
+  std::sort(sent.begin(), sent.end());
+  Floats want_p(kvx::element_topk_payload_words(n, k), 0.0f), want_r(n);
+  for (int64_t i = 0; i < n; ++i) want_r[i] = g[i] + r0[i];
+  float* entry = want_p.data() + kHeaderWords;
+  for (int64_t i : sent) {
+    entry[0] = static_cast<float>(i);
+    entry[1] = g[i] + r0[i];
+    entry += 2;
+    want_r[i] = 0.0f;
+  }
+  Floats r = r0, p(want_p.size(), 7.0f);
+  CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), n, k, p.data()), kvx::kOk);
+  CHECK(same_bits(Floats(p.begin() + kHeaderWords, p.end()),
+                  Floats(want_p.begin() + kHeaderWords, want_p.end())));
+  CHECK(same_bits(r, want_r));
+}
+
+void test_element_topk_exact() {
+  g_test = "element_topk_exact";
+  const int64_t n = 100003;
+  const Floats g = randn(n, 21), r0 = randn(n, 22, 0.5f);
+  for (int64_t k : {int64_t{1}, int64_t{100}, n / 2, n - 1, n}) check_element_topk_exact(g, r0, k);
+  // Many ties: small integers, so that the k-th magnitude is shared across the cut.
+  Floats ties(5000), none(5000, 0.0f);
+  for (int64_t i = 0; i < 5000; ++i) ties[i] = static_cast<float>((i * 7919) % 5) - 2.0f;
+  for (int64_t k : {int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{1001}, int64_t{2500}, int64_t{4999}})
+    check_element_topk_exact(ties, none, k);
+  // Mostly zeros (and -0): the k-th magnitude is 0 and the ties are the first zeros.
+  Floats sparse(10000, 0.0f);
+  for (int64_t i = 0; i < 10000; i += 3) sparse[i] = -0.0f;
+  for (int64_t i = 0; i < 10; ++i) sparse[i * 997] = (i % 2 ? -1.0f : 1.0f) * (i + 1);
+  for (int64_t k : {int64_t{5}, int64_t{10}, int64_t{11}, int64_t{50}})
+    check_element_topk_exact(sparse, Floats(10000, 0.0f), k);
+  // One crowded bucket: magnitudes that differ only in their low mantissa bits, one
+  // apart, and denormals below them.
+  Floats close(20000);
+  for (int64_t i = 0; i < 20000; ++i) {
+    const uint32_t bits = 0x3f800000u + static_cast<uint32_t>((i * 104729) % 4096);
+    std::memcpy(&close[i], &bits, sizeof bits);
+    if (i % 2) close[i] = -close[i];
+    if (i % 7 == 0) close[i] = 1e-40f * static_cast<float>(i % 5);
+  }
+  for (int64_t k : {int64_t{1}, int64_t{17}, int64_t{4096}, int64_t{15000}})
+    check_element_topk_exact(close, Floats(20000, 0.0f), k);
+}
+
 void test_element_topk_nonfinite() {
   g_test = "element_topk_nonfinite";
   for (float bad : {kNaN, kInf, -kInf, 3e38f}) {
@@ -1654,6 +1712,7 @@ int main() {
   test_adacomp_malformed();
   test_element_topk_hand();
   test_element_topk_roundtrips();
+  test_element_topk_exact();
   test_element_topk_nonfinite();
   test_element_topk_malformed();
   test_outer();
