@@ -174,8 +174,12 @@ def calibrate_into(path, variants, shapes, repeats, again=()):
             repeats, before[0], after[0])
         source = 'calibrated on this machine (%s)' % how
         if saved['measured']:
-            what = ('%d codecs of %s timed again' % (len(new.measured), ', '.join(again))
-                    if stale else '%d codecs added later' % len(new.measured))
+            again_n = len(set(new.measured) & set(stale))
+            added_n = len(new.measured) - again_n
+            what = '; '.join(
+                ([('%d codecs of %s timed again' % (again_n, ', '.join(again)))]
+                 if again_n else []) +
+                (['%d codecs added later' % added_n] if added_n else []))
             source = '%s; %s (%s)' % (saved['source'], what, how)
         merged = dict({k: tuple(v) for k, v in saved['measured'].items()}, **new.measured)
         from kvstore_ext import cost
