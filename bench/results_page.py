@@ -719,7 +719,37 @@ def section_step_schemes():
         table(['kvstore', 'seeds', 'loss (points)', 'over `dist_sync`\'s', 'median', 'bound',
                'epochs 2-%d' % cfg['short_epochs'], 'target', ''], rows,
               ['---', '---:', '---', '---:', '---:', '---:', '---:', '---:', '---']),
-        src(*names)])
+        src(*names),
+        _step_profile_words()])
+
+
+SCHEME_PROFILE = 'step_profile_4w_cnn512_other_schemes.json'
+
+
+def _step_profile_words():
+    """Why the schemes that miss their step target miss it: each worker's CPU a step in
+    one profiled job per kvstore (bench/powersgd_profile.py)."""
+    data = load(SCHEME_PROFILE)
+    runs = data['runs']
+
+    def cpu(spec):
+        return runs[spec]['step']['process_cpu_ms']
+    base = cpu('dist_sync')
+    listed = ', '.join('`%s` %.0f ms (%+.0f)' % (spec, cpu(spec), cpu(spec) - base)
+                       for spec in runs if spec != 'dist_sync')
+    return (
+        'Where the misses go: on %d shared cores the job is CPU-bound, and each millisecond '
+        'a worker spends is about two of the step\'s wall time at 4 workers. One profiled '
+        'job per kvstore (2 epochs, load average %.1f before) gave each worker\'s CPU a '
+        'step: `dist_sync` %.0f ms, %s. THC\'s worker rotates (a Hadamard transform) and '
+        'quantises each way, about 30 ms of operators a step in one process (the '
+        'script\'s `--ops` profile, printed). Top-k\'s and AdaComp\'s encoders take a '
+        'few milliseconds a step (top-k\'s is a radix select); what the encoders do not '
+        'explain is their server-mode round (each payload a row_sparse push, the float32 '
+        'sum a row_sparse pull: `kvstore_ext/transport/ps.py`), which dAD\'s Dense layers '
+        'share; where in that round the worker\'s time goes is not measured yet.'
+        % (data['cores'], data['load_average_1min_before'], base, listed)
+        + '\n\n' + src(SCHEME_PROFILE))
 
 
 def _later_epochs_s(run):
