@@ -22,6 +22,7 @@
 #include "codecs/element_topk.h"
 #include "codecs/fp16.h"
 #include "codecs/fp32.h"
+#include "codecs/momentum.h"
 #include "codecs/outer.h"
 #include "codecs/powersgd.h"
 #include "codecs/ternary.h"

@@ -1341,6 +1341,30 @@ void test_element_topk_exact() {
     check_element_topk_exact(close, Floats(20000, 0.0f), k);
 }
 
+// DGC's momentum correction (codecs/momentum.h): the products rounded before the sums,
+// NaN totals keep the previous sum, and only the rows named in [0, rows) are zeroed.
+void test_momentum_correction() {
+  g_test = "momentum_correction";
+  const Floats v = randn(1001, 31), g = randn(1001, 32);
+  Floats u(1001);
+  kvx::momentum_velocity(v.data(), g.data(), 1001, 0.9f, u.data());
+  bool ok = true;
+  for (int64_t i = 0; i < 1001; ++i) {
+    volatile float carried = v[i] * 0.9f;  // rounded to float32 before the sum
+    ok = ok && bits_of(u[i]) == bits_of(carried + g[i]);
+  }
+  CHECK(ok);
+  Floats x = {1, 2, 3, 4, 5, 6, 7, 8};
+  const int64_t sent[] = {3, -1, 4, 1, 1};
+  kvx::zero_rows(sent, 5, 4, 2, x.data());
+  CHECK(same_bits(x, Floats({1, 2, 0, 0, 5, 6, 0, 0})));
+  Floats total = {1, kNaN, -2, kInf}, previous = {5, 6, 7, 8}, delivered(4), out(4);
+  kvx::momentum_deliver(total.data(), previous.data(), 4, 0.5f, delivered.data(), out.data());
+  CHECK(same_bits(delivered, Floats({1, 6, -2, kInf})));
+  CHECK(bits_of(out[0]) == bits_of(-1.5f) && std::isnan(out[1]) && out[2] == -5.5f &&
+        out[3] == kInf);
+}
+
 void test_element_topk_nonfinite() {
   g_test = "element_topk_nonfinite";
   for (float bad : {kNaN, kInf, -kInf, 3e38f}) {
@@ -1713,6 +1737,7 @@ int main() {
   test_element_topk_hand();
   test_element_topk_roundtrips();
   test_element_topk_exact();
+  test_momentum_correction();
   test_element_topk_nonfinite();
   test_element_topk_malformed();
   test_outer();

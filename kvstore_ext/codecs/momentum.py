@@ -41,6 +41,7 @@ workers learned too slowly (a train loss of 0.48 against 0.36) and ended a point
 """
 import numpy as np
 
+from ..ops import op
 from .base import Codec
 
 
@@ -153,7 +154,9 @@ class MomentumCorrected(Codec):
 
     def _next_velocity(self, grad, state):
         velocity = state.get('velocity')
-        return grad.copy() if velocity is None else velocity * self.momentum + grad
+        if velocity is None:
+            return grad.copy()
+        return op('kvx_momentum_velocity')(velocity, grad, momentum=self.momentum)
 
     def compressed_input(self, grad, state):
         """The velocity, not the gradient, goes with the residual."""
@@ -161,17 +164,17 @@ class MomentumCorrected(Codec):
 
     def step(self, grad, state, num_workers, rank):
         from mxnet import ndarray
+        # a fresh array, this step's own: masking may zero its rows in place
         velocity = self._next_velocity(grad, state)
         # a NaN/Inf raises in the encoder, before the residual or the velocity changes
         total, sent = yield from self.inner.step_sent(velocity, state, num_workers, rank)
         if sent is not None and sent.size and self.masks_now():
-            # rows of chunk_layout: filters, or single elements (element top-k); row
-            # ``rows`` is the padding's (nothing sent), cut off after the scatter
-            rows = self.chunk_layout()[0]
-            hit = ndarray.scatter_nd(ndarray.ones((sent.size,), dtype=np.float32),
-                                     sent.reshape((1, -1)), shape=(rows + 1,))[:rows]
-            velocity = ndarray.broadcast_mul(velocity.reshape((rows, -1)),
-                                             (1 - hit).reshape((rows, 1))).reshape(self.shape)
+            # rows of chunk_layout: filters, or single elements (element top-k); an
+            # index of ``rows`` is a fixed-size payload's padding (nothing sent)
+            if sent.dtype != np.int64:
+                sent = ndarray.cast(sent, 'int64')
+            op('kvx_zero_rows')(sent.reshape((-1,)), velocity,
+                                rows=self.chunk_layout()[0])
         state['velocity'] = velocity
         total = total.reshape(self.shape)
         previous = state.get('delivered')
@@ -179,8 +182,9 @@ class MomentumCorrected(Codec):
             previous = ndarray.zeros(self.shape, dtype=np.float32)
         # a void round (a worker's NaN) is NaN everywhere: the step returns NaN, the
         # optimizer skips it, and the previous S stays (no wait for the result)
-        state['delivered'] = ndarray.where(total == total, total, previous)
-        return total - self.momentum * previous
+        delivered, out = op('kvx_momentum_deliver')(total, previous, momentum=self.momentum)
+        state['delivered'] = delivered
+        return out
 
     def describe(self):
         masking = ('' if self.masking is True else ', no masking' if self.masking is False
