@@ -668,14 +668,15 @@ def section_step_time():
 # 3%, float16 10%, the others 15%; each from the run that measured it with dist_sync.
 SCHEME_STEP_OTHERS = 'loopback_step_4w_cnn512_other_schemes.json'
 SCHEME_STEP_POWERSGD = 'loopback_step_4w_cnn512_powersgd_acc_op.json'  # today's worker
-SCHEME_STEP_TOPK = 'loopback_step_4w_cnn512_topk_radix_select.json'    # today's encoder
+# top-k and AdaComp with today's encoder and momentum correction (plugin ops)
+SCHEME_STEP_MOMENTUM = 'loopback_step_4w_cnn512_momentum_ops.json'
 SCHEME_STEP_TARGETS = [(SCHEME_STEP, 'dist_sync_hylo', 1.10),
                        (SCHEME_STEP, 'dist_sync_hylo(policy=auto)', 1.03),
                        (SCHEME_STEP_POWERSGD, 'dist_sync_powersgd', 1.15),
                        (SCHEME_STEP, 'dist_sync_fp16', 1.10)] + [
     (SCHEME_STEP_OTHERS, 'dist_sync_' + name, 1.15)
-    for name in ('thc', 'adacomp', 'lgreco', 'lgreco_hylo', 'dad')] + [
-    (SCHEME_STEP_TOPK, 'dist_sync_topk', 1.15)]
+    for name in ('thc', 'lgreco', 'lgreco_hylo', 'dad')] + [
+    (SCHEME_STEP_MOMENTUM, 'dist_sync_' + name, 1.15) for name in ('topk', 'adacomp')]
 
 
 def section_step_schemes():
@@ -743,11 +744,14 @@ def _step_profile_words():
         'job per kvstore (2 epochs, load average %.1f before) gave each worker\'s CPU a '
         'step: `dist_sync` %.0f ms, %s. THC\'s worker rotates (a Hadamard transform) and '
         'quantises each way, about 30 ms of operators a step in one process (the '
-        'script\'s `--ops` profile, printed). Top-k\'s and AdaComp\'s encoders take a '
-        'few milliseconds a step (top-k\'s is a radix select); what the encoders do not '
-        'explain is their server-mode round (each payload a row_sparse push, the float32 '
-        'sum a row_sparse pull: `kvstore_ext/transport/ps.py`), which dAD\'s Dense layers '
-        'share; where in that round the worker\'s time goes is not measured yet.'
+        'script\'s `--ops` profile, printed). About half of top-k\'s and AdaComp\'s extra '
+        'was DGC\'s momentum correction as MXNet operators, about nine a step over the '
+        'tensor, each output a fresh array whose pages the kernel zeroed (`perf` of one '
+        'worker, printed); the profile predates its three plugin ops '
+        '(`cpp/ops/momentum.cc`), with which their step is the rows above, against 1.44x '
+        'and 1.42x with the operators. What stays is not measured yet; their server-mode '
+        'round (a row_sparse push and pull, `kvstore_ext/transport/ps.py`) is one place to '
+        'look.'
         % (data['cores'], data['load_average_1min_before'], base, listed)
         + '\n\n' + src(SCHEME_PROFILE))
 
