@@ -13,10 +13,10 @@
 
 namespace kvx {
 
-// |grad + residual| as the bits of a float32 (acc formed as the spec forms it): for a
-// non-negative float the bits order as the value does.
-static KVX_INLINE uint32_t magnitude_bits(float grad, float residual) {
-  const float m = std::fabs(grad + residual);
+// |acc| as the bits of a float32: for a non-negative float the bits order as the value
+// does.  acc = grad + residual, formed as the spec forms it, in float32.
+static KVX_INLINE uint32_t magnitude_bits(float acc) {
+  const float m = std::fabs(acc);
   uint32_t bits;
   std::memcpy(&bits, &m, sizeof bits);
   return bits;
@@ -45,8 +45,8 @@ static std::vector<Candidate> candidates_of(const float* grad, const float* resi
   int64_t i = 0;
   for (; i + kWays <= n; i += kWays)
     for (int64_t w = 0; w < kWays; ++w)
-      ++counts[w * kBuckets + (magnitude_bits(grad[i + w], residual[i + w]) >> kBucketShift)];
-  for (; i < n; ++i) ++counts[magnitude_bits(grad[i], residual[i]) >> kBucketShift];
+      ++counts[w * kBuckets + (magnitude_bits(grad[i + w] + residual[i + w]) >> kBucketShift)];
+  for (; i < n; ++i) ++counts[magnitude_bits(grad[i] + residual[i]) >> kBucketShift];
   int64_t bucket = kBuckets - 1, at_or_above = 0;
   for (;; --bucket) {
     for (int64_t w = 0; w < kWays; ++w) at_or_above += counts[w * kBuckets + bucket];
@@ -57,7 +57,7 @@ static std::vector<Candidate> candidates_of(const float* grad, const float* resi
   found.reserve(static_cast<size_t>(at_or_above));
   for (i = 0; i < n; ++i) {
     const float acc = grad[i] + residual[i];
-    if (magnitude_bits(grad[i], residual[i]) >= lowest) found.push_back({i, acc});
+    if (magnitude_bits(acc) >= lowest) found.push_back({i, acc});
   }
   return found;
 }
