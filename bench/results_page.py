@@ -668,8 +668,10 @@ def section_step_time():
 # 3%, float16 10%, the others 15%; each from the run that measured it with dist_sync.
 SCHEME_STEP_OTHERS = 'loopback_step_4w_cnn512_other_schemes.json'
 SCHEME_STEP_POWERSGD = 'loopback_step_4w_cnn512_powersgd_acc_op.json'  # today's worker
-# top-k and AdaComp with today's encoder and momentum correction (plugin ops)
+# top-k and AdaComp with today's encoder and momentum correction (plugin ops); before
+# the momentum ops: top-k's radix-select run, AdaComp's in SCHEME_STEP_OTHERS
 SCHEME_STEP_MOMENTUM = 'loopback_step_4w_cnn512_momentum_ops.json'
+SCHEME_STEP_TOPK_BEFORE = 'loopback_step_4w_cnn512_topk_radix_select.json'
 SCHEME_STEP_TARGETS = [(SCHEME_STEP, 'dist_sync_hylo', 1.10),
                        (SCHEME_STEP, 'dist_sync_hylo(policy=auto)', 1.03),
                        (SCHEME_STEP_POWERSGD, 'dist_sync_powersgd', 1.15),
@@ -682,9 +684,7 @@ SCHEME_STEP_TARGETS = [(SCHEME_STEP, 'dist_sync_hylo', 1.10),
 def section_step_schemes():
     rows = []
     for name, spec, target in SCHEME_STEP_TARGETS:
-        runs = [r for r in load(name)['runs'] if not r.get('error')]
-        base = {r['seed']: r for r in runs if r['spec'] == 'dist_sync'}
-        rs = [r for r in runs if r['spec'] == spec and r['seed'] in base]
+        rs, base = _paired_runs(name, spec)
         if not rs:
             continue
         ratios = [r['train_s'] / base[r['seed']]['train_s'] for r in rs]
@@ -748,12 +748,28 @@ def _step_profile_words():
         'was DGC\'s momentum correction as MXNet operators, about nine a step over the '
         'tensor, each output a fresh array whose pages the kernel zeroed (`perf` of one '
         'worker, printed); the profile predates its three plugin ops '
-        '(`cpp/ops/momentum.cc`), with which their step is the rows above, against 1.44x '
-        'and 1.42x with the operators. What stays is not measured yet; their server-mode '
+        '(`cpp/ops/momentum.cc`), with which their step is the rows above, against %.2fx '
+        'and %.2fx with the operators. What stays is not measured yet; their server-mode '
         'round (a row_sparse push and pull, `kvstore_ext/transport/ps.py`) is one place to '
         'look.'
-        % (data['cores'], data['load_average_1min_before'], base, listed)
-        + '\n\n' + src(SCHEME_PROFILE))
+        % (data['cores'], data['load_average_1min_before'], base, listed,
+           _mean_ratio(SCHEME_STEP_TOPK_BEFORE, 'dist_sync_topk'),
+           _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_adacomp'))
+        + '\n\n' + src(SCHEME_PROFILE, SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_OTHERS))
+
+
+def _paired_runs(name, spec):
+    """(``spec``'s runs of results file ``name`` that have a ``dist_sync`` run of the
+    same seed there, {seed: that dist_sync run})."""
+    runs = [r for r in load(name)['runs'] if not r.get('error')]
+    base = {r['seed']: r for r in runs if r['spec'] == 'dist_sync'}
+    return [r for r in runs if r['spec'] == spec and r['seed'] in base], base
+
+
+def _mean_ratio(name, spec):
+    """Mean over seeds of ``spec``'s training time over dist_sync's in file ``name``."""
+    rs, base = _paired_runs(name, spec)
+    return statistics.mean(r['train_s'] / base[r['seed']]['train_s'] for r in rs)
 
 
 def _later_epochs_s(run):
