@@ -247,7 +247,20 @@ def test_step_matches_reference(ops, shape, kind, workers, table):
     """Norm round, every worker's encode (words and residual), the float32 sum of the
     words in shuffled orders (exact integers, the packing of the summed digits) and the
     decode: ops equal to the reference bit for bit."""
-    p = params_of(table)
+    check_step(ops, shape, kind, workers, params_of(table))
+
+
+@pytest.mark.parametrize('table', TABLES)
+@pytest.mark.parametrize('workers', [2, 8])
+def test_step_with_the_default_block_matches_reference(ops, workers, table):
+    """Blocks of 65536 (the default) and a tail of smaller ones: the transform runs its
+    low levels tile by tile and the high ones over the block; still the reference's
+    butterflies, bit for bit (8 workers: 3 digits a word)."""
+    check_step(ops, (70000,), 'randn', workers, params_of(table, dict(P, block=65536)))
+
+
+def check_step(ops, shape, kind, workers, p):
+    table = ref_table(p)
     data = [grad_residual(shape, kind, 10 * w + 1) for w in range(workers)]
     grads, residuals = [g for g, _ in data], [r for _, r in data]
     norms = norm_round(ops, grads, residuals)

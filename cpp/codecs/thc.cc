@@ -73,34 +73,26 @@ struct Scales {
   }
 };
 
-// Bit j of a byte as the sign-bit masks of 8 floats: sign flips 8 at a time.
-struct SignTable {
-  uint32_t masks[256][8];
-  SignTable() {
-    for (int b = 0; b < 256; ++b)
-      for (int j = 0; j < 8; ++j) masks[b][j] = static_cast<uint32_t>((b >> j) & 1) << 31;
-  }
-};
-const SignTable& sign_table() {
-  static const SignTable table;
-  return table;
-}
-
 // Flips the sign of x[i] where the shared sign of padded position first + i is
 // negative: bit (first + i) % 64 of mix64(key + (first + i) / 64).  `first` is a
-// multiple of 64 (Layout), so each group of 64 takes one hash.
+// multiple of 64 (Layout), so each group of 64 takes one hash.  The sign bit of lane j
+// is bit j of a 32-bit half shifted up to bit 31: a variable shift a lane, which
+// vectorises (a table of masks per byte did not: its copies stalled on the stack).
+KVX_INLINE void flip_signs32(float* x, uint32_t half) {
+  for (int j = 0; j < 32; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, x + j, sizeof bits);
+    bits ^= (half << (31 - j)) & 0x80000000u;
+    std::memcpy(x + j, &bits, sizeof bits);
+  }
+}
+
 KVX_HOT void apply_signs(float* x, int64_t size, uint64_t key, int64_t first) {
-  const SignTable& table = sign_table();
   const int64_t full = size - size % 64;
   for (int64_t i0 = 0; i0 < full; i0 += 64) {
     const uint64_t h = thc_mix64(key + static_cast<uint64_t>((first + i0) >> 6));
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t* mask = table.masks[(h >> (8 * k)) & 255];
-      uint32_t bits[8];
-      std::memcpy(bits, x + i0 + 8 * k, sizeof bits);
-      for (int j = 0; j < 8; ++j) bits[j] ^= mask[j];
-      std::memcpy(x + i0 + 8 * k, bits, sizeof bits);
-    }
+    flip_signs32(x + i0, static_cast<uint32_t>(h));
+    flip_signs32(x + i0 + 32, static_cast<uint32_t>(h >> 32));
   }
   if (full < size) {  // a tail block below 64 elements
     const uint64_t h = thc_mix64(key + static_cast<uint64_t>((first + full) >> 6));
@@ -162,7 +154,60 @@ KVX_HOT void fwht_radix4(float* x, int64_t size, int64_t h) {
   }
 }
 
-// Levels 1, 2 and 4 on each group of 8 floats.
+// Levels h, 2h and 4h in one pass over memory.
+KVX_HOT void fwht_radix8(float* x, int64_t size, int64_t h) {
+  for (int64_t i = 0; i < size; i += 8 * h) {
+    float* p0 = x + i;
+    float* p1 = p0 + h;
+    float* p2 = p1 + h;
+    float* p3 = p2 + h;
+    float* p4 = p3 + h;
+    float* p5 = p4 + h;
+    float* p6 = p5 + h;
+    float* p7 = p6 + h;
+#pragma GCC ivdep  // the eight rows are disjoint (more than the alias checks GCC emits)
+    for (int64_t j = 0; j < h; ++j) {
+      const float a0 = p0[j] + p1[j], a1 = p0[j] - p1[j];
+      const float a2 = p2[j] + p3[j], a3 = p2[j] - p3[j];
+      const float a4 = p4[j] + p5[j], a5 = p4[j] - p5[j];
+      const float a6 = p6[j] + p7[j], a7 = p6[j] - p7[j];
+      const float b0 = a0 + a2, b2 = a0 - a2, b1 = a1 + a3, b3 = a1 - a3;
+      const float b4 = a4 + a6, b6 = a4 - a6, b5 = a5 + a7, b7 = a5 - a7;
+      p0[j] = b0 + b4;
+      p4[j] = b0 - b4;
+      p1[j] = b1 + b5;
+      p5[j] = b1 - b5;
+      p2[j] = b2 + b6;
+      p6[j] = b2 - b6;
+      p3[j] = b3 + b7;
+      p7[j] = b3 - b7;
+    }
+  }
+}
+
+// Levels 1, 2 and 4 on each group of 8 floats.  In a vector of 8: level h pairs lane i
+// with lane i ^ h; the lower lane of a pair keeps a + b (= b + a, exactly), the upper
+// takes a - b, read from the swapped copy.
+#if defined(__GNUC__) && !defined(__clang__)
+typedef float Float8 __attribute__((vector_size(32)));
+typedef int32_t Int8 __attribute__((vector_size(32)));
+KVX_HOT void fwht_first3(float* x, int64_t size) {
+  const Int8 swap1 = {1, 0, 3, 2, 5, 4, 7, 6}, pick1 = {0, 9, 2, 11, 4, 13, 6, 15};
+  const Int8 swap2 = {2, 3, 0, 1, 6, 7, 4, 5}, pick2 = {0, 1, 10, 11, 4, 5, 14, 15};
+  const Int8 swap4 = {4, 5, 6, 7, 0, 1, 2, 3}, pick4 = {0, 1, 2, 3, 12, 13, 14, 15};
+  for (int64_t i = 0; i < size; i += 8) {
+    Float8 v, p;
+    std::memcpy(&v, x + i, sizeof v);
+    p = __builtin_shuffle(v, swap1);
+    v = __builtin_shuffle(v + p, p - v, pick1);
+    p = __builtin_shuffle(v, swap2);
+    v = __builtin_shuffle(v + p, p - v, pick2);
+    p = __builtin_shuffle(v, swap4);
+    v = __builtin_shuffle(v + p, p - v, pick4);
+    std::memcpy(x + i, &v, sizeof v);
+  }
+}
+#else
 KVX_HOT void fwht_first3(float* x, int64_t size) {
   for (int64_t i = 0; i < size; i += 8) {
     float* y = x + i;
@@ -174,6 +219,7 @@ KVX_HOT void fwht_first3(float* x, int64_t size) {
     y[2] = b2 + b6; y[6] = b2 - b6; y[3] = b3 + b7; y[7] = b3 - b7;
   }
 }
+#endif
 
 // ---- dither, quantiser, packing ---------------------------------------------------------
 
@@ -205,8 +251,9 @@ KVX_HOT void quantize_block(const float* z, int64_t size, float t, float inv, fl
     const float u = dither_at(key, first, i);
     const float zc = std::min(std::max(z[i], -t), t);
     const float p = std::min((zc + t) * inv, top);
-    const float lo = std::floor(p);
-    digits[i] = static_cast<uint16_t>(static_cast<int32_t>(lo) + static_cast<int32_t>(u < p - lo));
+    const int32_t lo = static_cast<int32_t>(p);  // p >= 0: floor
+    const int32_t up = u < p - static_cast<float>(lo) ? 1 : 0;
+    digits[i] = static_cast<uint16_t>(lo + up);
   }
 }
 
@@ -288,41 +335,55 @@ void pack_any(const uint16_t* digits, int64_t d, int per_word, int32_t base, flo
 // x * m / 2^s = x / p + e, 0 < e < x / 2^s < 2^24 / 2^s <= 1 / p, and x / p is at least
 // 1 / p below the next integer, so the floor is unchanged.
 struct Divider {
-  uint64_t mul = 0;
+  uint32_t mul = 0;  // < 2^25
   int shift = 0;
   explicit Divider(uint64_t p) {
     int log2p = 0;
     while ((uint64_t{1} << log2p) < p) ++log2p;
     shift = kMantissaF32 + log2p;
-    mul = (uint64_t{1} << shift) / p + 1;
+    mul = static_cast<uint32_t>((uint64_t{1} << shift) / p + 1);
   }
-  uint32_t operator()(uint32_t x) const { return static_cast<uint32_t>((x * mul) >> shift); }
+  uint32_t operator()(uint32_t x) const {
+    return static_cast<uint32_t>((static_cast<uint64_t>(x) * mul) >> shift);
+  }
 };
 
-// The digits (the summed table values) of padded positions [first, first + count).
-struct Unpacker {
-  const float* words;
-  int digits;
-  uint32_t base;
-  Divider div;
-  template <class Sink>
-  void run(int64_t first, int64_t count, Sink&& sink) const {
-    int64_t w = first / digits;
-    int j = static_cast<int>(first % digits);
+// digits[w*D + j] = digit j of words[w] (base `div`'s divisor) for the d positions of
+// the words; D known at compile time, so that words unpack side by side in vectors.
+template <int kDigits>
+KVX_HOT void unpack_words(const float* words, int64_t d, uint32_t base, Divider div,
+                          uint32_t* digits) {
+  const int64_t full = d / kDigits;
+  for (int64_t w = 0; w < full; ++w) {
     uint32_t x = static_cast<uint32_t>(words[w]);
-    for (int k = 0; k < j; ++k) x = div(x);
-    for (int64_t i = 0; i < count; ++i) {
-      if (j == digits) {
-        x = static_cast<uint32_t>(words[++w]);
-        j = 0;
-      }
+    for (int j = 0; j < kDigits; ++j) {
       const uint32_t q = div(x);
-      sink(i, x - q * base);
+      digits[w * kDigits + j] = x - q * base;
       x = q;
-      ++j;
     }
   }
-};
+  uint32_t x = full * kDigits < d ? static_cast<uint32_t>(words[full]) : 0;
+  for (int64_t i = full * kDigits; i < d; ++i) {
+    const uint32_t q = div(x);
+    digits[i] = x - q * base;
+    x = q;
+  }
+}
+
+void unpack_any(const float* words, int64_t d, int per_word, uint32_t base, uint32_t* digits) {
+  const Divider div(base);
+  switch (per_word) {
+#define KVX_THC_UNPACK(D) case D: unpack_words<D>(words, d, base, div, digits); break;
+    KVX_THC_UNPACK(1) KVX_THC_UNPACK(2) KVX_THC_UNPACK(3) KVX_THC_UNPACK(4) KVX_THC_UNPACK(5)
+    KVX_THC_UNPACK(6) KVX_THC_UNPACK(7) KVX_THC_UNPACK(8) KVX_THC_UNPACK(9) KVX_THC_UNPACK(10)
+    KVX_THC_UNPACK(11) KVX_THC_UNPACK(12) KVX_THC_UNPACK(13) KVX_THC_UNPACK(14)
+    KVX_THC_UNPACK(15) KVX_THC_UNPACK(16) KVX_THC_UNPACK(17) KVX_THC_UNPACK(18)
+    KVX_THC_UNPACK(19) KVX_THC_UNPACK(20) KVX_THC_UNPACK(21) KVX_THC_UNPACK(22)
+    KVX_THC_UNPACK(23) KVX_THC_UNPACK(24)
+#undef KVX_THC_UNPACK
+    default: break;  // base >= 2: at most 24 digits
+  }
+}
 
 // Every word an integer in [0, limit): range test first, so that the conversion is
 // defined (NaN fails it).
@@ -352,14 +413,14 @@ struct Levels {
   }
 };
 
-// float32(level(S) * r) for S in [0, count): one block size's inverse inputs.
-std::vector<float> scaled_levels(const Levels& levels, int64_t count, float r) {
-  std::vector<float> table(static_cast<size_t>(count));
-  for (int64_t s = 0; s < count; ++s) table[s] = levels(static_cast<uint32_t>(s)) * r;
-  return table;
+// out[i] = float32(level(digits[i]) * r), Levels' arithmetic computed (it vectorises;
+// a lookup would be a gather).
+template <class Digit>
+KVX_HOT void scale_levels(const Digit* digits, int64_t size, double delta, double offset,
+                          float r, float* out) {
+  for (int64_t i = 0; i < size; ++i)
+    out[i] = static_cast<float>(static_cast<double>(digits[i]) * delta - offset) * r;
 }
-
-constexpr int64_t kMaxTable = int64_t{1} << 16;  // larger bases compute each value
 
 // The inverse transform of one block held in buf (already level * r): transform, signs.
 void inverse_block(float* buf, int64_t size, uint64_t sign_key, int64_t first) {
@@ -453,14 +514,25 @@ uint64_t thc_stream(uint64_t seed, uint64_t step, uint64_t who) {
 
 // ---- the transform -------------------------------------------------------------------
 
-void thc_fwht(float* x, int64_t size) {
-  int64_t h = 1;
-  if (size >= 8) {
+// Levels h, 2h, ... below `stop` of every `size`-float span of x (h a power of two).
+static void fwht_levels(float* x, int64_t size, int64_t h, int64_t stop) {
+  if (h == 1 && stop >= 8) {
     fwht_first3(x, size);
     h = 8;
   }
-  for (; 4 * h <= size; h *= 4) fwht_radix4(x, size, h);
-  for (; h < size; h *= 2) fwht_radix2(x, size, h);
+  for (; 8 * h <= stop; h *= 8) fwht_radix8(x, size, h);
+  for (; 4 * h <= stop; h *= 4) fwht_radix4(x, size, h);
+  for (; h < stop; h *= 2) fwht_radix2(x, size, h);
+}
+
+// The levels below kFwhtTile run tile by tile, in L1; the rest over the whole block.
+// Each element sees its butterflies in the same order as level by level.
+constexpr int64_t kFwhtTile = 4096;
+
+void thc_fwht(float* x, int64_t size) {
+  const int64_t tile = std::min(size, kFwhtTile);
+  for (int64_t i = 0; i < size; i += tile) fwht_levels(x + i, tile, 1, tile);
+  fwht_levels(x, size, tile, size);
 }
 
 int thc_norm(const float* grad, const float* residual, int64_t n, float* norm) {
@@ -554,10 +626,10 @@ int thc_quantize(const float* z, int64_t d, const ThcParams& p, int64_t num_work
   return kOk;
 }
 
-// Checks words (num_words for d positions packed for num_workers); on kOk *unpacker is
-// ready.
+// Checks words (num_words for d positions packed for num_workers): kOk, kBadParam or
+// kBadWord.
 static int check_words(const float* words, int64_t num_words, int64_t d, const ThcParams& p,
-                       int64_t num_workers, Unpacker* unpacker) {
+                       int64_t num_workers) {
   if (d < 0 || !thc_params_valid(p, num_workers)) return kBadParam;
   const int64_t base = thc_sum_base(p, num_workers);
   const int digits = digits_per_word(base, kMantissaF32);
@@ -565,22 +637,30 @@ static int check_words(const float* words, int64_t num_words, int64_t d, const T
   int64_t limit = 1;
   for (int j = 0; j < digits; ++j) limit *= base;  // <= 2^24: exact in float32
   if (!words_are_digits(words, num_words, static_cast<float>(limit))) return kBadWord;
-  *unpacker = Unpacker{words, digits, static_cast<uint32_t>(base),
-                       Divider(static_cast<uint64_t>(base))};
   return kOk;
+}
+
+// The d summed digits of checked words.
+static std::vector<uint32_t> unpack_sums(const float* words, int64_t d, const ThcParams& p,
+                                         int64_t num_workers) {
+  const int64_t base = thc_sum_base(p, num_workers);
+  std::vector<uint32_t> sums(static_cast<size_t>(d));
+  unpack_any(words, d, digits_per_word(base, kMantissaF32), static_cast<uint32_t>(base),
+             sums.data());
+  return sums;
 }
 
 int thc_dequantize(const float* words, int64_t num_words, int64_t d, const ThcParams& p,
                    int64_t num_workers, int64_t summed, float* values) {
-  Unpacker unpacker{nullptr, 1, 1, Divider(1)};
   int status = summed < 1 || summed > num_workers ? kBadParam : kOk;
-  if (status == kOk) status = check_words(words, num_words, d, p, num_workers, &unpacker);
+  if (status == kOk) status = check_words(words, num_words, d, p, num_workers);
   if (status != kOk) {
     zero(values, d);
     return status;
   }
   const Levels levels(p, summed);
-  if (d > 0) unpacker.run(0, d, [&](int64_t i, uint32_t s) { values[i] = levels(s); });
+  const std::vector<uint32_t> sums = unpack_sums(words, d, p, num_workers);
+  for (int64_t i = 0; i < d; ++i) values[i] = levels(sums[i]);
   return kOk;
 }
 
@@ -608,8 +688,8 @@ int thc_encode(const float* grad, float* residual, int64_t n, const float* norms
   const Levels own(p, 1);
   const Intervals intervals(p);
   std::vector<uint16_t> digits(static_cast<size_t>(layout.d));
-  std::vector<float> buf, table;
-  int64_t table_size = 0, offset = 0;
+  std::vector<float> buf;
+  int64_t offset = 0;
   for (int64_t size : layout.sizes) {
     const int64_t m_here = std::min(size, n - offset);
     const Scales sc(layout.d, size, m);
@@ -622,11 +702,7 @@ int thc_encode(const float* grad, float* residual, int64_t n, const float* norms
     uint16_t* c = digits.data() + offset;
     quantize_digits(buf.data(), size, p, intervals, dither, offset, c);
     // this worker's own decoding: level * r, transform, signs; residual = acc - that
-    if (table_size != size) {
-      table = scaled_levels(own, thc_grid(p) + 1, sc.r);
-      table_size = size;
-    }
-    for (int64_t i = 0; i < size; ++i) buf[i] = table[c[i]];
+    scale_levels(c, size, own.delta, own.offset, sc.r, buf.data());
     inverse_block(buf.data(), size, sign_key, offset);
     finish_residual(grad + offset, residual + offset, buf.data(), m_here);
     offset += size;
@@ -647,34 +723,25 @@ int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float
     zero(out, n);
     return kBadParam;
   }
-  Unpacker unpacker{nullptr, 1, 1, Divider(1)};
-  const int status = check_words(words, num_words, layout.d, p, num_workers, &unpacker);
+  const int status = check_words(words, num_words, layout.d, p, num_workers);
   if (status != kOk) {
     zero(out, n);
     return status;
   }
   const uint64_t sign_key = thc_stream(p.seed, static_cast<uint64_t>(step), 0);
   const Levels levels(p, num_workers);
-  const int64_t base = thc_sum_base(p, num_workers);
-  std::vector<float> buf, table;
-  int64_t table_size = 0, offset = 0;
+  const std::vector<uint32_t> sums = unpack_sums(words, layout.d, p, num_workers);
+  std::vector<float> tail;
+  int64_t offset = 0;
   for (int64_t size : layout.sizes) {
     const Scales sc(layout.d, size, m);
-    buf.resize(static_cast<size_t>(size));
-    float* b = buf.data();
-    if (base <= kMaxTable) {
-      if (table_size != size) {
-        table = scaled_levels(levels, base, sc.r);
-        table_size = size;
-      }
-      const float* t = table.data();
-      unpacker.run(offset, size, [&](int64_t i, uint32_t s) { b[i] = t[s]; });
-    } else {
-      const float r = sc.r;
-      unpacker.run(offset, size, [&](int64_t i, uint32_t s) { b[i] = levels(s) * r; });
-    }
+    const int64_t m_here = std::min(size, n - offset);
+    if (m_here < size) tail.resize(static_cast<size_t>(size));  // padded: transform aside
+    float* b = m_here < size ? tail.data() : out + offset;
+    scale_levels(sums.data() + offset, size, levels.delta, levels.offset, sc.r, b);
     inverse_block(b, size, sign_key, offset);
-    std::memcpy(out + offset, b, static_cast<size_t>(std::min(size, n - offset)) * sizeof(float));
+    if (b != out + offset)
+      std::memcpy(out + offset, b, static_cast<size_t>(m_here) * sizeof(float));
     offset += size;
   }
   return kOk;
