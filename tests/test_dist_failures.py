@@ -25,13 +25,15 @@ def launch(env, mode, timeout=120, extra=()):
 @pytest.mark.parametrize('mode', [['--aggregation', 'server'],
                                   ['--aggregation', 'server', '--pull', 'compressed'],
                                   ['--aggregation', 'homomorphic'],
-                                  ['--aggregation', 'server', '--nan-ranks', '0,1']])
+                                  ['--aggregation', 'server', '--nan-ranks', '0,1'],
+                                  ['--kvstore', 'dist_sync_thc']])
 def test_nonfinite_gradient_voids_the_step_and_training_goes_on(job_env, mode):
     """Rank 0's NaN at step 2: both workers' sums of step 2 are NaN, and steps 3 and 4
     are finite, equal on both workers and (server mode, float32 pull) equal to what
     one-process stores of both ranks give, rank 0's having kept its residual through
     the NaN. With a compressed pull the servers reply void rows, not a malformed reply.
-    Last: every worker's gradient holds the NaN."""
+    Then: every worker's gradient holds the NaN. Last: THC, whose two rounds decide a
+    void step on the engine (a NaN norm), with no host read before the push."""
     proc, _ = launch(job_env, 'nonfinite', extra=mode)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = [l for l in proc.stdout.splitlines() if ' ok checksum ' in l]

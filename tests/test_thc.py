@@ -293,23 +293,47 @@ def check_step(ops, shape, kind, workers, p):
         np.testing.assert_allclose(own, out, atol=1e-5 * scale)
 
 
-def test_encode_rejects_nan_and_bad_norms(ops):
+def test_a_non_finite_gradient_voids_the_step_in_the_engine(ops):
+    """No host read decides a void step: this worker's NaN/Inf makes its norm slot NaN,
+    so every worker's summed norms are NaN; an encoder that sees a NaN norm (or a
+    non-finite acc) sends NaN words and keeps the residual, and the decoder gives NaN
+    everywhere (VOID). The reference does the same."""
     grad, residual = grad_residual((2000,), 'randn', 5)
-    norms = nd(np.array([40.0, 41.0], f32))
+    norms = np.array([40.0, 41.0], f32)
     for bad in (np.nan, np.inf):
         g = grad.copy()
         g[-1] = bad
-        slots, status = ops.kvx_thc_norm(nd(g), nd(residual), rank=0, num_workers=2)
-        assert status_of(status) == wire.NONFINITE
+        slots, status = ops.kvx_thc_norm(nd(g), nd(residual), rank=1, num_workers=2)
+        want, want_status = ref.norm_slots(g, residual, 1, 2)
+        assert status_of(status) == want_status == wire.NONFINITE
+        assert same_bits(slots.asnumpy(), want) and np.isnan(want[1]) and want[0] == 0
         res = nd(residual)
-        words, status = ops.kvx_thc_encode(nd(g), res, norms, rank=0, step=0, **P)
+        words, status = ops.kvx_thc_encode(nd(g), res, nd(norms), rank=0, step=0, **P)
         assert status_of(status) == wire.NONFINITE
-        assert same_bits(res.asnumpy(), residual) and not words.asnumpy().any()
-    for bad_norms in ([np.nan, 1.0], [-1.0, 1.0]):
+        assert same_bits(res.asnumpy(), residual) and np.isnan(words.asnumpy()).all()
+    void_norms = np.array([40.0, np.nan], f32)
+    res = nd(residual)
+    words, status = ops.kvx_thc_encode(nd(grad), res, nd(void_norms), rank=0, step=0, **P)
+    want_words, want_res, want_status = ref.encode(grad, residual, void_norms, 0,
+                                                   *ref_args(), 0, P['block'])
+    assert status_of(status) == want_status == wire.VOID
+    assert same_bits(words.asnumpy(), want_words) and np.isnan(want_words).all()
+    assert same_bits(res.asnumpy(), residual) and same_bits(want_res, residual)
+    out, status = ops.kvx_thc_decode_sum(words, nd(void_norms), step=0, shape=(2000,), **P)
+    want, want_status = ref.decode_sum(want_words, void_norms, *ref_args(), 0, P['block'],
+                                       2000)
+    assert status_of(status) == want_status == wire.VOID
+    assert np.isnan(out.asnumpy()).all() and np.isnan(want).all()
+
+
+def test_encode_rejects_bad_norms(ops):
+    grad, residual = grad_residual((2000,), 'randn', 5)
+    for bad_norms in ([np.inf, 1.0], [-1.0, 1.0]):
         res = nd(residual)
-        _, status = ops.kvx_thc_encode(nd(grad), res, nd(np.array(bad_norms, f32)), rank=0,
-                                       step=0, **P)
+        words, status = ops.kvx_thc_encode(nd(grad), res, nd(np.array(bad_norms, f32)),
+                                           rank=0, step=0, **P)
         assert status_of(status) == wire.BAD_PARAM and same_bits(res.asnumpy(), residual)
+        assert not words.asnumpy().any()
 
 
 @pytest.mark.parametrize('table', TABLES)
@@ -335,7 +359,7 @@ def test_decode_rejects_malformed_sums(ops, table):
         assert same_bits(out.asnumpy(), want)
         if status != wire.OK:
             assert not out.asnumpy().any()
-    for bad_norms in ([np.nan, 1.0], [1.0, -1.0], [np.inf, 0.0]):
+    for bad_norms in ([1.0, -1.0], [np.inf, 0.0]):
         out, got = ops.kvx_thc_decode_sum(nd(total), nd(np.array(bad_norms, f32)), step=0,
                                           shape=(n,), **p)
         assert status_of(got) == wire.BAD_PARAM and not out.asnumpy().any()

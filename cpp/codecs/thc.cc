@@ -15,6 +15,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernel_util.h"
@@ -434,6 +435,17 @@ KVX_HOT void finish_residual(const float* grad, float* residual, const float* ow
 
 bool step_valid(int64_t step) { return step >= 0 && step < kThcMaxStep; }
 
+// True if a norm is NaN: a worker's gradient was non-finite, the step is void.
+bool void_norms(const float* norms, int64_t count) {
+  for (int64_t w = 0; w < count; ++w)
+    if (std::isnan(norms[w])) return true;
+  return false;
+}
+
+void fill_nan(float* x, int64_t n) {
+  std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
+}
+
 }  // namespace
 
 // ---- layout and parameters -----------------------------------------------------------
@@ -538,7 +550,10 @@ void thc_fwht(float* x, int64_t size) {
 int thc_norm(const float* grad, const float* residual, int64_t n, float* norm) {
   *norm = 0.0f;
   if (n < 0) return kBadParam;
-  if (!acc_all_finite(grad, residual, n)) return kNonFinite;
+  if (!acc_all_finite(grad, residual, n)) {
+    *norm = std::numeric_limits<float>::quiet_NaN();  // voids every worker's norm round
+    return kNonFinite;
+  }
   double squares = 0.0;
   if (n > 0) acc_filter_scores(grad, residual, 1, n, &squares);
   *norm = static_cast<float>(std::min(std::sqrt(squares), static_cast<double>(FLT_MAX)));
@@ -672,15 +687,23 @@ int thc_encode(const float* grad, float* residual, int64_t n, const float* norms
   if (n < 0 || !thc_params_valid(p, num_workers)) return kBadParam;  // word count unknown
   const int64_t num_words = thc_sum_words(n, p, num_workers);
   const Layout layout(n, p.block);
-  float m = 0.0f;
-  if (rank < 0 || rank >= num_workers || !step_valid(step) ||
-      !thc_max_norm(norms, num_workers, &m) || !layout.valid) {
+  if (rank < 0 || rank >= num_workers || !step_valid(step) || !layout.valid) {
     zero(words, num_words);
     return kBadParam;
   }
+  // a void step (this worker's gradient, or a NaN norm: another's): a void payload
   if (!acc_all_finite(grad, residual, n)) {
-    zero(words, num_words);
+    fill_nan(words, num_words);
     return kNonFinite;
+  }
+  if (void_norms(norms, num_workers)) {
+    fill_nan(words, num_words);
+    return kVoid;
+  }
+  float m = 0.0f;
+  if (!thc_max_norm(norms, num_workers, &m)) {
+    zero(words, num_words);
+    return kBadParam;
   }
   const uint64_t sign_key = thc_stream(p.seed, static_cast<uint64_t>(step), 0);
   const uint32_t dither = dither_key(
@@ -718,8 +741,16 @@ int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float
   const Layout layout(n, p.block);
   float m = 0.0f;
   if (n < 0) return kBadParam;
-  if (!thc_params_valid(p, num_workers) || !step_valid(step) ||
-      !thc_max_norm(norms, num_workers, &m) || !layout.valid) {
+  if (!thc_params_valid(p, num_workers) || !step_valid(step) || !layout.valid ||
+      num_words != thc_packed_words(layout.d, p, num_workers)) {
+    zero(out, n);
+    return kBadParam;
+  }
+  if (void_norms(norms, num_workers)) {  // a worker's gradient was non-finite
+    fill_nan(out, n);
+    return kVoid;
+  }
+  if (!thc_max_norm(norms, num_workers, &m)) {
     zero(out, n);
     return kBadParam;
   }

@@ -89,8 +89,8 @@ uint64_t thc_stream(uint64_t seed, uint64_t step, uint64_t who);
 void thc_fwht(float* x, int64_t size);
 
 // ||grad + residual||_2: float64 sum of squares in NumPy's order, square root, rounded
-// to float32 and capped at float32's largest value.  kNonFinite (norm 0) if an element
-// of grad + residual is NaN or +-Inf.
+// to float32 and capped at float32's largest value.  kNonFinite (norm NaN: the summed
+// norms void the step on every worker) if an element of grad + residual is NaN or +-Inf.
 int thc_norm(const float* grad, const float* residual, int64_t n, float* norm);
 
 // z[0, d): x zero-padded to d, each block b multiplied in float32 by
@@ -124,15 +124,17 @@ int thc_dequantize(const float* words, int64_t num_words, int64_t d, const ThcPa
 
 // One worker's step: acc = grad + residual, M = max(norms[0, num_workers)), rotate,
 // quantize, pack into thc_sum_words words; the residual becomes acc minus the decoding
-// of this worker's own digits, unrotate(level(digit)) (error feedback).  kNonFinite if acc has a NaN/Inf,
-// kBadParam if a parameter, the rank, the step or a norm (NaN, < 0) is invalid: words
-// zeroed (when their count is known) and the residual untouched.
+// of this worker's own digits, unrotate(level(digit)) (error feedback).  A void step
+// leaves the residual untouched and sends NaN words (a void payload, whose sum is NaN
+// on every worker): kNonFinite if acc has a NaN/Inf, kVoid if a norm is NaN (a worker's
+// gradient was non-finite).  kBadParam if a parameter, the rank, the step or a norm
+// (< 0, Inf) is invalid: words zeroed (when their count is known), residual untouched.
 int thc_encode(const float* grad, float* residual, int64_t n, const float* norms,
                int64_t num_workers, int64_t rank, int64_t step, const ThcParams& p,
                float* words);
 // The sum over num_workers workers of n elements from the server's sum of their words:
 // unrotate(level sums).  Checks everything first (as thc_dequantize, and the norms);
-// out is zeroed on error.
+// out is zeroed on error.  A NaN norm (a void step) gives NaN everywhere and kVoid.
 int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float* norms,
                    int64_t num_workers, int64_t step, const ThcParams& p, float* out);
 

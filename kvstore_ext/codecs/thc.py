@@ -13,7 +13,7 @@ One step of a chunk (numbered as in ``ThcCodec.step``; kernels: cpp/codecs/thc.h
 python/kvx_ref/thc.py):
 
 1. ``x = grad + residual``; this worker's ``||x||_2`` in its slot of a ``num_workers``
-   array (``kvx_thc_norm``; a NaN/Inf raises here, before anything is sent);
+   array (``kvx_thc_norm``; NaN there if x is not finite: a void step, below);
 2. ``Sum('norm')``: every worker's norm, so all take the same ``M = max``;
 3. ``kvx_thc_encode``: rotate, scale by ``sqrt(d) / M``, clamp to ``+-T``, round
    stochastically between the two entries of the table around each coordinate
@@ -27,6 +27,16 @@ python/kvx_ref/thc.py):
 
 The step count (state ``'step'``, checkpointed) seeds the signs and each worker's
 dither, so a run is reproducible and a resumed run continues bit for bit.
+
+A void step, decided on the engine: nothing in the step reads a result on the host, so
+the worker pushes this key without waiting for its gradient and goes on to the next
+(waiting on each key's statuses serialised the step: ``deferred_checks``). A NaN or Inf
+in a worker's ``x`` puts NaN in its norm slot, so every worker's summed norms hold a
+NaN; an encoder that sees one sends NaN words and keeps its residual, and the decoder
+returns NaN everywhere (status ``VOID``): the caller skips the step, as with
+``dist_sync``. The worker whose gradient it was finds out from its norm's status, which
+the store reads at the key's next step (void_steps.resolve) and logs. The step count
+advances on every worker alike.
 """
 import math
 
@@ -34,7 +44,7 @@ import numpy as np
 
 from .base import Codec, check_decoded, check_encoded
 from ..ops import op, shape_attr
-from ..rounds import Sum, is_void, void_sum
+from ..rounds import Sum
 from ..wire import digits_per_float32
 
 MIN_BLOCK = 256            # cpp/codecs/thc.h kThcMinBlock
@@ -90,6 +100,8 @@ def sum_words(n, block, levels, num_workers, table='uniform'):
 
 class ThcCodec(Codec):
     name = 'thc'
+    deferred_checks = True   # nothing waits on the host: a NaN voids the step on the
+    voids_in_engine = True   # engine, the store reads this worker's status later
 
     def __init__(self, shape, levels=16, clamp=2.5, seed=0, block=65536, table='uniform'):
         super().__init__(shape)
@@ -116,18 +128,20 @@ class ThcCodec(Codec):
                     step=step, table=TABLE_IDS[self.table])
 
     def step(self, grad, state, num_workers, rank):
+        # Nothing here waits for a result on the host (the step counter is this
+        # worker's own, written from the host): the whole step is queued on MXNet's
+        # engine, so the worker goes on to the next key while this one's rounds travel.
+        # A NaN/Inf voids the step in the engine (module docstring, "A void step").
         residual = state.residual
-        # 1. x = grad + residual; this worker's norm in its slot
+        # 1. x = grad + residual; this worker's norm in its slot (NaN if x is not finite)
         slots, status = op('kvx_thc_norm')(grad, residual, rank=rank, num_workers=num_workers)
         check_encoded(status)
         # 2. every worker's norm: all use the same M = max (inside the ops)
         norms = (yield Sum('norm', slots)).copy()    # (the pull buffer is reused)
-        if is_void(norms):        # a worker's NaN (rounds.void): every worker stops here
-            return void_sum(self.shape)
         counter = state.get('step')
         step = int(counter.asscalar()) if counter is not None else 0
         # 3. rotate, scale, clamp, round to the table, pack; the residual keeps what this
-        #    worker lost
+        #    worker lost (kept, and NaN words sent, if the step is void)
         words, status = op('kvx_thc_encode')(grad, residual, norms, rank=rank,
                                              **self._attrs(step))
         check_encoded(status)
@@ -136,7 +150,7 @@ class ThcCodec(Codec):
         state.last['norms'], state.last['step'] = norms, step
         # 4. the stock server adds the words
         summed = yield Sum('payload', words)
-        # 5. the sum over workers
+        # 5. the sum over workers (NaN everywhere if the step is void)
         out, status = op('kvx_thc_decode_sum')(summed, norms, shape=shape_attr(self.shape),
                                                **self._attrs(step))
         check_decoded(status, 'summed THC payload')

@@ -54,7 +54,7 @@ function of (seed, step, rank) and checkpoints need only the step count:
 import numpy as np
 
 from .codecs import filter_scores
-from .wire import OK, NONFINITE, BAD_PARAM, BAD_WORD, digits_per_word
+from .wire import OK, NONFINITE, BAD_PARAM, BAD_WORD, VOID, digits_per_word
 
 f32 = np.float32
 MASK = (1 << 64) - 1
@@ -196,10 +196,13 @@ def norm(acc):
 
 
 def norm_slots(grad, residual, rank, num_workers):
-    """(num_workers words, zero but this worker's norm at ``rank``; status)."""
+    """(num_workers words, zero but this worker's norm at ``rank``; status). A
+    non-finite acc puts NaN in the slot: the summed norms are NaN on every worker, and
+    the step is void there (``encode``, ``decode_sum``)."""
     acc = (np.asarray(grad, f32) + np.asarray(residual, f32)).astype(f32)
     slots = np.zeros(num_workers, f32)
     if not np.isfinite(acc).all():
+        slots[rank] = np.nan
         return slots, NONFINITE
     slots[rank] = norm(acc)
     return slots, OK
@@ -328,7 +331,9 @@ def unpack(words, base, count):
 # -- one step ---------------------------------------------------------------------------
 
 def encode(grad, residual, norms, rank, levels, clamp, seed, step, block, table='uniform'):
-    """(words, new residual, status) of worker ``rank``; num_workers = len(norms)."""
+    """(words, new residual, status) of worker ``rank``; num_workers = len(norms). A
+    void step (a non-finite acc: NONFINITE; a NaN norm, another worker's: VOID) sends
+    NaN words, whose sum is NaN everywhere, and keeps the residual."""
     num_workers = len(norms)
     if not (params_valid(levels, clamp, block, num_workers, table) and 0 <= rank < num_workers
             and 0 <= step < EXACT):
@@ -337,7 +342,9 @@ def encode(grad, residual, norms, rank, levels, clamp, seed, step, block, table=
     shape, acc = acc.shape, acc.reshape(-1)
     words = sum_words(acc.size, block, levels, num_workers, table)
     if not np.isfinite(acc).all():
-        return np.zeros(words, f32), np.asarray(residual, f32).copy(), NONFINITE
+        return np.full(words, np.nan, f32), np.asarray(residual, f32).copy(), NONFINITE
+    if np.isnan(np.asarray(norms, f32)).any():
+        return np.full(words, np.nan, f32), np.asarray(residual, f32).copy(), VOID
     m = max_norm(norms)
     if m is None:
         return np.zeros(words, f32), np.asarray(residual, f32).copy(), BAD_PARAM
@@ -349,15 +356,20 @@ def encode(grad, residual, norms, rank, levels, clamp, seed, step, block, table=
 
 
 def decode_sum(words, norms, levels, clamp, seed, step, block, n, table='uniform'):
-    """(float32 sum over workers of n elements, status) of summed words."""
+    """(float32 sum over workers of n elements, status) of summed words; a NaN norm (a
+    void step) gives NaN everywhere and VOID."""
     out = np.zeros(n, f32)
     num_workers = len(norms)
     if not (params_valid(levels, clamp, block, num_workers, table) and 0 <= step < EXACT):
         return out, BAD_PARAM
-    m = max_norm(norms)
     words = np.asarray(words)
-    if (m is None or words.dtype != f32 or words.ndim != 1
+    if (words.dtype != f32 or words.ndim != 1
             or words.size != sum_words(n, block, levels, num_workers, table)):
+        return out, BAD_PARAM
+    if np.isnan(np.asarray(norms, f32)).any():
+        return np.full(n, np.nan, f32), VOID
+    m = max_norm(norms)
+    if m is None:
         return out, BAD_PARAM
     base = sum_base(levels, num_workers, table)
     limit = float(base) ** digits_per_word(base, f32)

@@ -6,7 +6,8 @@
   0's store sees the same NaN and keeps its residual), and prints a checksum that the
   test compares across workers. --aggregation homomorphic or --pull compressed: the
   same, without the one-process comparison (a threshold agreed over workers; a reply
-  the servers re-encode).
+  the servers re-encode). --kvstore dist_sync_thc (or another scheme): the same with
+  that scheme's defaults.
 --mode malformed: at step 1, rank 1 pushes a payload with a corrupted header; every
   worker checks that this round's sum is NaN (the server rejected it and lived on) and
   that the next round is correct again.
@@ -29,18 +30,24 @@ def main():
     parser.add_argument('--aggregation', default='server')
     parser.add_argument('--pull', default='float32')
     parser.add_argument('--nan-ranks', default='0')
+    parser.add_argument('--kvstore', default='dist_sync_hylo',
+                        help='another scheme: its defaults, no one-process comparison')
     args = parser.parse_args()
     NAN_RANKS[:] = [int(r) for r in args.nan_ranks.split(',')]
     import mxnet as mx
     import kvstore_ext  # noqa: F401
-    params = {'size_threshold': 10, 'aggregation': args.aggregation}
+    hylo = args.kvstore == 'dist_sync_hylo'
+    params = {'size_threshold': 10}
+    if hylo:
+        params['aggregation'] = args.aggregation
     if args.pull != 'float32':
         params['pull'] = args.pull
-    kv = mx.kv.create('dist_sync_hylo')
+    kv = mx.kv.create(args.kvstore)
     kv.set_gradient_compression(params)
     shape = (40, 25)
     alone = None
-    if args.mode == 'nonfinite' and args.aggregation == 'server' and args.pull == 'float32':
+    if (args.mode == 'nonfinite' and hylo and args.aggregation == 'server'
+            and args.pull == 'float32'):
         alone = [one_process_store('dist_sync_hylo', params) for _ in range(kv.num_workers)]
     for step in range(5 if args.mode == 'nonfinite' else 4):
         if args.mode == 'nonfinite':
