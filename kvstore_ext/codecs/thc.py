@@ -138,15 +138,13 @@ class ThcCodec(Codec):
         check_encoded(status)
         # 2. every worker's norm: all use the same M = max (inside the ops)
         norms = (yield Sum('norm', slots)).copy()    # (the pull buffer is reused)
-        counter = state.get('step')
-        step = int(counter.asscalar()) if counter is not None else 0
+        step = self._step_count(state)
         # 3. rotate, scale, clamp, round to the table, pack; the residual keeps what this
         #    worker lost (kept, and NaN words sent, if the step is void)
         words, status = op('kvx_thc_encode')(grad, residual, norms, rank=rank,
                                              **self._attrs(step))
         check_encoded(status)
-        from mxnet import ndarray
-        state['step'] = ndarray.array([(step + 1) % MAX_STEP], dtype=np.float32)
+        self._count_step(state, step)
         state.last['norms'], state.last['step'] = norms, step
         # 4. the stock server adds the words
         summed = yield Sum('payload', words)
@@ -155,6 +153,27 @@ class ThcCodec(Codec):
                                                **self._attrs(step))
         check_decoded(status, 'summed THC payload')
         return out
+
+    @staticmethod
+    def _step_count(state):
+        """The step count: the one this codec wrote last (kept beside its array, so
+        nothing is read back), else read from the array (restored or adopted state)."""
+        counter = state.get('step')
+        if counter is None:
+            return 0
+        written = state.last.get('counter')
+        if written is not None and written[0] is counter:
+            return written[1]
+        return int(counter.asscalar())
+
+    @staticmethod
+    def _count_step(state, step):
+        """Store step + 1 by an engine op: creating the array from the host waited for
+        the engine's queue (about 3 ms a chunk while encoders ran)."""
+        from mxnet import ndarray
+        count = (step + 1) % MAX_STEP
+        state['step'] = ndarray.full((1,), count, dtype=np.float32)
+        state.last['counter'] = (state.get('step'), count)
 
     def sum_words(self, num_workers):
         return sum_words(self.size, self.block, self.levels, num_workers, self.table)
