@@ -188,8 +188,10 @@ def node_cpu(out_dir):
 
 # -- one process: the operators -------------------------------------------------------
 
-def operator_profile(kvstore, steps=50):
-    """MXNet's aggregate operator table of ``steps`` pushpulls of cnn512's keys."""
+def operator_profile(kvstore, steps=50, json_path=None):
+    """MXNet's aggregate operator table of ``steps`` pushpulls of cnn512's keys; with
+    ``json_path``, each operator's calls and milliseconds a step are added to that file
+    under the kvstore's name."""
     import numpy as np
     import mxnet as mx
     import kvstore_ext  # noqa: F401
@@ -216,6 +218,20 @@ def operator_profile(kvstore, steps=50):
     mx.profiler.set_state('stop')
     print('%s, %d steps of cnn512\'s keys in one process:' % (kvstore, steps))
     print(mx.profiler.dumps(format='table', sort_by='total'))
+    if json_path:
+        stats = json.loads(mx.profiler.dumps(format='json'))['Time']['operator']
+        ops = {name: {'calls_per_step': v['Count'] / steps,
+                      'ms_per_step': v['Total'] / steps}
+               for name, v in stats.items()}
+        results = {}
+        if os.path.exists(json_path):
+            with open(json_path) as f:
+                results = json.load(f)
+        results.setdefault('steps', steps)
+        results.setdefault('runs', {})[kvstore] = {
+            'operators': ops, 'operator_ms_per_step': sum(o['ms_per_step'] for o in ops.values())}
+        with open(json_path, 'w') as f:
+            json.dump(results, f, indent=1)
 
 
 # -- the driver ------------------------------------------------------------------------
@@ -295,7 +311,8 @@ def main():
     p.add_argument('--naive', action='store_true',
                    help='NaiveEngine: every operator on the calling thread')
     p.add_argument('--timeout', type=float, default=900.0, help='seconds per job')
-    p.add_argument('--json', help='write the summaries here')
+    p.add_argument('--json', help='write the summaries here (with --ops: each operator\'s '
+                   'milliseconds a step, added to the file per kvstore)')
     p.add_argument('--ops', action='store_true',
                    help='no job: the operator profile of each kvstore in one process')
     p.add_argument('--worker', metavar='DIR', help=argparse.SUPPRESS)
@@ -313,8 +330,9 @@ def main():
             if args.naive:
                 env['MXNET_ENGINE_TYPE'] = 'NaiveEngine'
             subprocess.run([sys.executable, '-c', 'import sys; sys.path.insert(0, %r); '
-                            'import powersgd_profile as p; p.operator_profile(%r)'
-                            % (HERE, kvstore)], env=env, check=True)
+                            'import powersgd_profile as p; p.operator_profile(%r, 50, %r)'
+                            % (HERE, kvstore, args.json and os.path.abspath(args.json))],
+                           env=env, check=True)
         return
     results = {'load_average_1min_before': os.getloadavg()[0], 'cores': os.cpu_count(),
                'naive': args.naive, 'runs': {}}
