@@ -672,12 +672,17 @@ SCHEME_STEP_POWERSGD = 'loopback_step_4w_cnn512_powersgd_acc_op.json'  # today's
 # the momentum ops: top-k's radix-select run, AdaComp's in SCHEME_STEP_OTHERS
 SCHEME_STEP_MOMENTUM = 'loopback_step_4w_cnn512_momentum_ops.json'
 SCHEME_STEP_TOPK_BEFORE = 'loopback_step_4w_cnn512_topk_radix_select.json'
+# THC with today's kernels, its void step decided on the engine and its step count
+# written by an engine op; before them: its run in SCHEME_STEP_OTHERS
+SCHEME_STEP_THC = 'loopback_step_4w_cnn512_thc.json'
+THC_OPERATORS = 'operator_profile_cnn512_thc.json'
 SCHEME_STEP_TARGETS = [(SCHEME_STEP, 'dist_sync_hylo', 1.10),
                        (SCHEME_STEP, 'dist_sync_hylo(policy=auto)', 1.03),
                        (SCHEME_STEP_POWERSGD, 'dist_sync_powersgd', 1.15),
                        (SCHEME_STEP, 'dist_sync_fp16', 1.10)] + [
+    (SCHEME_STEP_THC, 'dist_sync_thc', 1.15)] + [
     (SCHEME_STEP_OTHERS, 'dist_sync_' + name, 1.15)
-    for name in ('thc', 'lgreco', 'lgreco_hylo', 'dad')] + [
+    for name in ('lgreco', 'lgreco_hylo', 'dad')] + [
     (SCHEME_STEP_MOMENTUM, 'dist_sync_' + name, 1.15) for name in ('topk', 'adacomp')]
 
 
@@ -743,19 +748,28 @@ def _step_profile_words():
         'a worker spends is about two of the step\'s wall time at 4 workers. One profiled '
         'job per kvstore (2 epochs, load average %.1f before) gave each worker\'s CPU a '
         'step: `dist_sync` %.0f ms, %s. THC\'s worker rotates (a Hadamard transform) and '
-        'quantises each way, about 30 ms of operators a step in one process (the '
-        'script\'s `--ops` profile, printed). About half of top-k\'s and AdaComp\'s extra '
+        'quantises each way; the profile predates its faster kernels (sign flips that '
+        'vectorise, radix-8 butterflies), its void step decided on the engine (no status '
+        'read before the push, as PowerSGD) and its step count written by an engine op '
+        '(creating it from the host waited for the engine\'s queue): its operators now take '
+        '%.1f ms a step in one process (`--ops`), and its step is the row above, against '
+        '%.2fx before. About half of top-k\'s and AdaComp\'s extra '
         'was DGC\'s momentum correction as MXNet operators, about nine a step over the '
         'tensor, each output a fresh array whose pages the kernel zeroed (`perf` of one '
         'worker, printed); the profile predates its three plugin ops '
         '(`cpp/ops/momentum.cc`), with which their step is the rows above, against %.2fx '
-        'and %.2fx with the operators. What stays is not measured yet; their server-mode '
-        'round (a row_sparse push and pull, `kvstore_ext/transport/ps.py`) is one place to '
-        'look.'
+        'and %.2fx with the operators. What stays, from a `perf` of one top-k worker and '
+        'one `dist_sync` worker (printed): the model\'s own kernels were 42%% of the top-k '
+        'worker\'s CPU against 49%% of `dist_sync`\'s (about 15%% more CPU a step); the '
+        'plugin\'s operators 7.6%% (the encoder 4.2%%, the momentum ops 1.8%%), the kernel '
+        'zeroing fresh pages 2.1%% (none for `dist_sync`), Python and copies the rest.'
         % (data['cores'], data['load_average_1min_before'], base, listed,
+           load(THC_OPERATORS)['runs']['dist_sync_thc']['operator_ms_per_step'],
+           _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_thc'),
            _mean_ratio(SCHEME_STEP_TOPK_BEFORE, 'dist_sync_topk'),
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_adacomp'))
-        + '\n\n' + src(SCHEME_PROFILE, SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_OTHERS))
+        + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_TOPK_BEFORE,
+                        SCHEME_STEP_OTHERS))
 
 
 def _paired_runs(name, spec):

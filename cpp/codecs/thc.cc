@@ -655,14 +655,24 @@ static int check_words(const float* words, int64_t num_words, int64_t d, const T
   return kOk;
 }
 
-// The d summed digits of checked words.
-static std::vector<uint32_t> unpack_sums(const float* words, int64_t d, const ThcParams& p,
-                                         int64_t num_workers) {
-  const int64_t base = thc_sum_base(p, num_workers);
-  std::vector<uint32_t> sums(static_cast<size_t>(d));
-  unpack_any(words, d, digits_per_word(base, kMantissaF32), static_cast<uint32_t>(base),
-             sums.data());
-  return sums;
+// sums[0, count): the summed digits of padded positions [first, first + count) of
+// checked words; a block's digits stay in cache until they are used.
+static void unpack_sums(const float* words, int64_t first, int64_t count, const ThcParams& p,
+                        int64_t num_workers, uint32_t* sums) {
+  const uint32_t base = static_cast<uint32_t>(thc_sum_base(p, num_workers));
+  const int per_word = digits_per_word(base, kMantissaF32);
+  int64_t i = 0;
+  if (first % per_word != 0) {  // the rest of the word that holds position `first`
+    const Divider div(base);
+    uint32_t x = static_cast<uint32_t>(words[first / per_word]);
+    for (int64_t k = 0; k < first % per_word; ++k) x = div(x);
+    for (int64_t k = first % per_word; k < per_word && i < count; ++k, ++i) {
+      const uint32_t q = div(x);
+      sums[i] = x - q * base;
+      x = q;
+    }
+  }
+  unpack_any(words + (first + i) / per_word, count - i, per_word, base, sums + i);
 }
 
 int thc_dequantize(const float* words, int64_t num_words, int64_t d, const ThcParams& p,
@@ -674,7 +684,8 @@ int thc_dequantize(const float* words, int64_t num_words, int64_t d, const ThcPa
     return status;
   }
   const Levels levels(p, summed);
-  const std::vector<uint32_t> sums = unpack_sums(words, d, p, num_workers);
+  std::vector<uint32_t> sums(static_cast<size_t>(d));
+  unpack_sums(words, 0, d, p, num_workers, sums.data());
   for (int64_t i = 0; i < d; ++i) values[i] = levels(sums[i]);
   return kOk;
 }
@@ -761,7 +772,7 @@ int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float
   }
   const uint64_t sign_key = thc_stream(p.seed, static_cast<uint64_t>(step), 0);
   const Levels levels(p, num_workers);
-  const std::vector<uint32_t> sums = unpack_sums(words, layout.d, p, num_workers);
+  std::vector<uint32_t> sums;
   std::vector<float> tail;
   int64_t offset = 0;
   for (int64_t size : layout.sizes) {
@@ -769,7 +780,9 @@ int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float
     const int64_t m_here = std::min(size, n - offset);
     if (m_here < size) tail.resize(static_cast<size_t>(size));  // padded: transform aside
     float* b = m_here < size ? tail.data() : out + offset;
-    scale_levels(sums.data() + offset, size, levels.delta, levels.offset, sc.r, b);
+    sums.resize(static_cast<size_t>(size));
+    unpack_sums(words, offset, size, p, num_workers, sums.data());
+    scale_levels(sums.data(), size, levels.delta, levels.offset, sc.r, b);
     inverse_block(b, size, sign_key, offset);
     if (b != out + offset)
       std::memcpy(out + offset, b, static_cast<size_t>(m_here) * sizeof(float));
