@@ -2,13 +2,16 @@
 //
 // Speed: a chunk is processed one Hadamard block at a time (at most `block` floats,
 // 256 KiB by default, so a block's passes run in L2): the encoder reads grad and
-// residual, scales, clamps and flips signs in one pass, transforms (three butterfly
-// levels fused, then two at a time), quantises with a 32-bit counter hash (vectorises,
-// unlike a 64-bit one on AVX2), then decodes its own digits through a per-block table of
-// level * r and transforms back, updating the residual in the last pass.  Only the digits
-// (uint16) of the whole chunk are kept, for the final packing (words may straddle
-// blocks).  The uniform table keeps its own quantiser loop (no lookups: it vectorises);
-// other tables look their interval up by floor(p).
+// residual, scales and clamps in one pass, flips signs (a variable shift a lane),
+// transforms (levels 1-4 within vectors of 8, then three levels a pass, the levels
+// below 4096 tile by tile in L1), quantises with a 32-bit counter hash (vectorises,
+// unlike a 64-bit one on AVX2), then computes its own digits' levels * r and transforms
+// back, updating the residual in the last pass.  Only the digits (uint16) of the whole
+// chunk are kept, for the final packing (words may straddle blocks); the decoder
+// unpacks each block's summed digits as it goes.  The uniform table keeps its own
+// quantiser loop (no lookups: it vectorises); other tables look their interval up by
+// floor(p).  Every schedule applies the same butterflies in the same order per element
+// as the level-by-level loop of the spec, so results are bit for bit the same.
 #include "codecs/thc.h"
 
 #include <algorithm>
@@ -133,24 +136,6 @@ KVX_HOT void fwht_radix2(float* x, int64_t size, int64_t h) {
       const float u = a[j], v = b[j];
       a[j] = u + v;
       b[j] = u - v;
-    }
-  }
-}
-
-// Levels h and 2h in one pass over memory.
-KVX_HOT void fwht_radix4(float* x, int64_t size, int64_t h) {
-  for (int64_t i = 0; i < size; i += 4 * h) {
-    float* p0 = x + i;
-    float* p1 = p0 + h;
-    float* p2 = p1 + h;
-    float* p3 = p2 + h;
-    for (int64_t j = 0; j < h; ++j) {
-      const float s0 = p0[j] + p1[j], d0 = p0[j] - p1[j];
-      const float s1 = p2[j] + p3[j], d1 = p2[j] - p3[j];
-      p0[j] = s0 + s1;
-      p2[j] = s0 - s1;
-      p1[j] = d0 + d1;
-      p3[j] = d0 - d1;
     }
   }
 }
@@ -533,7 +518,6 @@ static void fwht_levels(float* x, int64_t size, int64_t h, int64_t stop) {
     h = 8;
   }
   for (; 8 * h <= stop; h *= 8) fwht_radix8(x, size, h);
-  for (; 4 * h <= stop; h *= 4) fwht_radix4(x, size, h);
   for (; h < stop; h *= 2) fwht_radix2(x, size, h);
 }
 
