@@ -233,6 +233,25 @@ def test_low_rank_gradient_comes_back_exactly():
     close(p @ q.T, d.T @ a, 1e-9)
 
 
+def test_host_array_is_a_float32_copy():
+    """The factors reach the engine through ``host_array`` (no wait for the engine's
+    queue): a C-ordered float32 copy, so that the NumPy array it came from (a slice of
+    the captured rows, float64 factors) may change afterwards."""
+    from kvstore_ext.ops import host_array
+    rows = np.arange(24, dtype=np.float64).reshape(4, 6)
+    part = rows[:, 1:4]                       # not contiguous
+    array = host_array(part)
+    assert array.dtype == np.float32 and array.shape == (4, 3)
+    want = part.astype(np.float32)
+    rows[:] = -1.0
+    assert np.array_equal(array.asnumpy(), want)
+    same = np.ones((2, 3), np.float32)        # already float32 and contiguous: copied too
+    array = host_array(same)
+    same[:] = 5.0
+    assert np.array_equal(array.asnumpy(), np.ones((2, 3), np.float32))
+    assert host_array(np.zeros((0, 5))).shape == (0, 5)
+
+
 def test_factors_with_residual_match_reference():
     """Error feedback's step (implicit operator, float32 out x in products) against the
     reference (explicit M = D^T A + R, float64); zero residual: the plain factors."""

@@ -50,7 +50,7 @@ import numpy as np
 from .base import GatherCodec, check_encoded
 from .. import lowrank
 from ..errors import NonFiniteGradientError
-from ..ops import op
+from ..ops import host_array, nonfinite, op
 from ..rounds import is_void
 from ..wire import outer_payload_words
 
@@ -91,8 +91,7 @@ class OuterCodec(GatherCodec):
         if feedback:
             left = matrix - u.T.astype(np.float64) @ v.astype(np.float64)
             residual[:] = ndarray.array(left.reshape((-1,)), dtype=np.float32)
-        payload, status = op('kvx_outer_encode')(ndarray.array(u, dtype=np.float32),
-                                                 ndarray.array(v, dtype=np.float32),
+        payload, status = op('kvx_outer_encode')(host_array(u), host_array(v),
                                                  capacity=int(rank))
         check_encoded(status, 'aggregate', defer=False)
         return payload
@@ -154,23 +153,29 @@ class OuterCodec(GatherCodec):
         return p.T.astype(np.float32), q.T.astype(np.float32)
 
     def encode_factors(self, u, v):
-        from mxnet import ndarray
         if u.shape[0] == 0:
             u, v = np.zeros((1, self.rows), np.float32), np.zeros((1, self.cols), np.float32)
-        payload, status = op('kvx_outer_encode')(ndarray.array(u, dtype=np.float32),
-                                                 ndarray.array(v, dtype=np.float32),
+        payload, status = op('kvx_outer_encode')(host_array(u), host_array(v),
                                                  capacity=self.capacity)
         check_encoded(status, 'dAD factors')
         return payload
 
-    def check_gradient(self, grad, a, d):
-        """Raise GradientMismatch unless ``grad`` (rows x cols) is ``d^T a`` along a
-        fixed +-1 probe ``r``, to CHECK_TOLERANCE of ``|d|^T |a| |r|`` (the magnitude
-        of the terms, so cancellation does not make the test fail)."""
+    def probe(self):
+        """The fixed +-1 vector ``r`` the gradient check multiplies by."""
+        return np.random.default_rng([7, self.cols]).integers(0, 2, self.cols) * 2.0 - 1.0
+
+    def probe_gradient(self, grad):
+        """``grad r`` (rows), queued on the engine: read by ``check_gradient``."""
         from mxnet import ndarray
-        probe = np.random.default_rng([7, self.cols]).integers(0, 2, self.cols) * 2.0 - 1.0
-        got = ndarray.dot(grad.reshape((self.rows, self.cols)),
-                          ndarray.array(probe, dtype=np.float32)).asnumpy().astype(np.float64)
+        return ndarray.dot(grad.reshape((self.rows, self.cols)), host_array(self.probe()))
+
+    def check_gradient(self, probed, a, d):
+        """Raise GradientMismatch unless the gradient (rows x cols), whose product with
+        the probe ``r`` is ``probed`` (``probe_gradient``), is ``d^T a`` along ``r``, to
+        CHECK_TOLERANCE of ``|d|^T |a| |r|`` (the magnitude of the terms, so
+        cancellation does not make the test fail)."""
+        probe = self.probe()
+        got = probed.asnumpy().astype(np.float64)
         a64, d64 = a.astype(np.float64), d.astype(np.float64)
         want = d64.T @ (a64 @ probe)
         scale = np.abs(d64).T @ np.abs(a64).sum(axis=1)
@@ -202,14 +207,17 @@ class OuterCodec(GatherCodec):
         # codec; all of the layer's rows are checked, so the first chunk raises if any
         # would, before a chunk's round
         if not state.void:
-            finite = int(op('kvx_finite_check')(grad.reshape((-1,))).asscalar()) == 0
+            # both engine results are queued before either is read: one wait
+            bad = nonfinite(grad)
+            probed = self.probe_gradient(grad) if self.check else None
+            finite = int(bad.asscalar()) == 0
             if not (finite and (taken is None or (np.isfinite(taken[0]).all()
                                                   and np.isfinite(taken[1]).all()))):
                 raise NonFiniteGradientError('dAD layer %r: the gradient or the captured '
                                              'rows hold NaN or Inf' % (self.layer,))
             # 3. the gradient is D^T A
             if self.check:
-                self.check_gradient(grad, a, d)
+                self.check_gradient(probed, a, d)
         # 4. rows or factors (and, with error feedback, what they leave out)
         left = None
         if self.error_feedback and not state.void:

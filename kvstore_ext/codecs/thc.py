@@ -128,9 +128,9 @@ class ThcCodec(Codec):
                     step=step, table=TABLE_IDS[self.table])
 
     def step(self, grad, state, num_workers, rank):
-        # Nothing here waits for a result on the host (the step counter is this
-        # worker's own, written from the host): the whole step is queued on MXNet's
-        # engine, so the worker goes on to the next key while this one's rounds travel.
+        # Nothing here waits for a result on the host (the step count is kept on the
+        # host beside its array): the whole step is queued on MXNet's engine, so the
+        # worker goes on to the next key while this one's rounds travel.
         # A NaN/Inf voids the step in the engine (module docstring, "A void step").
         residual = state.residual
         # 1. x = grad + residual; this worker's norm in its slot (NaN if x is not finite)
