@@ -3,7 +3,7 @@
 // Speed: a chunk is processed one Hadamard block at a time (at most `block` floats,
 // 256 KiB by default, so a block's passes run in L2): the encoder reads grad and
 // residual, scales and clamps in one pass, flips signs (a variable shift a lane),
-// transforms (levels 1-4 within vectors of 8, then three levels a pass, the levels
+// transforms (strides 1, 2 and 4 within vectors of 8, then three levels a pass, the levels
 // below 4096 tile by tile in L1), quantises with a 32-bit counter hash (vectorises,
 // unlike a 64-bit one on AVX2), then computes its own digits' levels * r and transforms
 // back, updating the residual in the last pass.  Only the digits (uint16) of the whole
