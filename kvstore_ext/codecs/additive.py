@@ -29,7 +29,7 @@ import numpy as np
 from .agreed import AgreedCodec
 from .base import check_decoded, check_encoded
 from .ternary import VALUE_RULES, VALUE_TEXT
-from ..ops import op, shape_attr
+from ..ops import host_array, op, shape_attr
 from ..wire import ternary_sum_words
 
 
@@ -128,8 +128,7 @@ class AdditiveTopKCodec(AgreedCodec):
         scores = agreed.asnumpy().astype(np.float64)
         scores[~np.isfinite(scores)] = np.inf
         order = np.lexsort((np.arange(scores.size), -scores))
-        from mxnet import ndarray
-        return ndarray.array(np.sort(order[:self.k]), dtype=np.float32)
+        return host_array(np.sort(order[:self.k]))
 
     def step_sent(self, grad, state, num_workers, rank):
         """The agreed filters were sent (none after a void agreement round)."""
