@@ -504,6 +504,32 @@ def test_nan_voids_the_step():
     close(net.weight.grad().asnumpy(), want, 1e-6)
 
 
+def test_a_non_finite_gradient_voids_the_step_and_a_large_one_does_not():
+    """The gradient is checked on the host, in the one pass of the probe product: NaN
+    or Inf in it (the rows finite) voids the step, with the check on or off; a finite
+    gradient whose probe product overflows float32 is not taken for a non-finite one."""
+    x = np.ones((4, 60), f32)
+    for params in ({}, {'check_gradient': 0}):
+        kv, net, _ = _one_layer_store(params)
+        run_net(net, [x], [mx.cpu()])
+        kv.pushpull(0, net.weight.grad())
+        run_net(net, [x], [mx.cpu()])
+        grad = net.weight.grad()
+        grad[2, 5] = np.inf
+        kv.pushpull(0, grad)
+        assert np.isnan(grad.asnumpy()).all(), params
+    kv, net, _ = _one_layer_store({'check_gradient': 0})
+    run_net(net, [x], [mx.cpu()])
+    want = net.weight.grad().asnumpy()
+    probe = OuterCodec((40, 60), None).probe()
+    grad = net.weight.grad()
+    grad[0] = mx.nd.array(3e38 * probe)          # finite; its probe product is not
+    with np.errstate(over='ignore'):
+        assert not np.isfinite(grad.asnumpy()[0] @ probe)
+    kv.pushpull(0, grad)
+    close(grad.asnumpy(), want, 1e-6)            # the rows' product, not a void step
+
+
 # ---- real ps-lite jobs ---------------------------------------------------------------------
 
 DIST_CASES = [(2, 2, 'dad', False, 0), (4, 1, 'dad', True, 0), (2, 1, 'oneway', False, 0),

@@ -50,7 +50,7 @@ import numpy as np
 from .base import GatherCodec, check_encoded
 from .. import lowrank
 from ..errors import NonFiniteGradientError
-from ..ops import host_array, nonfinite, op
+from ..ops import host_array, op
 from ..rounds import is_void
 from ..wire import outer_payload_words
 
@@ -109,6 +109,7 @@ class OuterCodec(GatherCodec):
             float(tol), int(seed)
         self.capacity = int(capacity) if method == 'dad' else self.rank
         self.check = bool(check)
+        self._probe = None
         self.compressed_reply = method == 'rankdad'
         # dAD is exact: nothing to feed back
         self.error_feedback = bool(error_feedback) and method != 'dad'
@@ -161,21 +162,29 @@ class OuterCodec(GatherCodec):
         return payload
 
     def probe(self):
-        """The fixed +-1 vector ``r`` the gradient check multiplies by."""
-        return np.random.default_rng([7, self.cols]).integers(0, 2, self.cols) * 2.0 - 1.0
+        """The fixed +-1 vector ``r`` the gradient check multiplies by (float32), drawn
+        once per codec."""
+        if self._probe is None:
+            rng = np.random.default_rng([7, self.cols])
+            self._probe = (rng.integers(0, 2, self.cols) * 2.0 - 1.0).astype(np.float32)
+        return self._probe
 
-    def probe_gradient(self, grad):
-        """``grad r`` (rows), queued on the engine: read by ``check_gradient``."""
-        from mxnet import ndarray
-        return ndarray.dot(grad.reshape((self.rows, self.cols)), host_array(self.probe()))
-
-    def check_gradient(self, probed, a, d):
-        """Raise GradientMismatch unless the gradient (rows x cols), whose product with
-        the probe ``r`` is ``probed`` (``probe_gradient``), is ``d^T a`` along ``r``, to
-        CHECK_TOLERANCE of ``|d|^T |a| |r|`` (the magnitude of the terms, so
-        cancellation does not make the test fail)."""
+    def check_gradient(self, grad, a, d):
+        """Raise NonFiniteGradientError if the gradient (rows x cols, float32 NumPy)
+        holds NaN or Inf; with ``check``, raise GradientMismatch unless it is ``d^T a``
+        along the probe ``r``, to CHECK_TOLERANCE of ``|d|^T |a| |r|`` (the magnitude of
+        the terms, so cancellation does not make the test fail). One pass over the
+        gradient: ``g r`` is non-finite exactly when ``g`` holds NaN or Inf (a finite
+        sum that overflows float32 is told apart by a second look)."""
         probe = self.probe()
-        got = probed.asnumpy().astype(np.float64)
+        with np.errstate(over='ignore', invalid='ignore'):     # told apart below
+            got = grad @ probe
+        if not np.isfinite(got).all() and not np.isfinite(grad).all():
+            raise NonFiniteGradientError('dAD layer %r: the gradient holds NaN or Inf'
+                                         % (self.layer,))
+        if not self.check:
+            return
+        got = got.astype(np.float64)
         a64, d64 = a.astype(np.float64), d.astype(np.float64)
         want = d64.T @ (a64 @ probe)
         scale = np.abs(d64).T @ np.abs(a64).sum(axis=1)
@@ -205,19 +214,15 @@ class OuterCodec(GatherCodec):
             a, d = taken[0], taken[1][:, self.start:self.start + self.rows]
         # 2. NaN/Inf: the store makes the step void (void_steps.void_step), as for every
         # codec; all of the layer's rows are checked, so the first chunk raises if any
-        # would, before a chunk's round
+        # would, before a chunk's round. 3. the gradient is D^T A. Both on the host:
+        # the gradient is ready (waited for above), so its copy waits for nothing,
+        # where an engine op would queue behind the rest of the backward pass
         if not state.void:
-            # both engine results are queued before either is read: one wait
-            bad = nonfinite(grad)
-            probed = self.probe_gradient(grad) if self.check else None
-            finite = int(bad.asscalar()) == 0
-            if not (finite and (taken is None or (np.isfinite(taken[0]).all()
-                                                  and np.isfinite(taken[1]).all()))):
-                raise NonFiniteGradientError('dAD layer %r: the gradient or the captured '
-                                             'rows hold NaN or Inf' % (self.layer,))
-            # 3. the gradient is D^T A
-            if self.check:
-                self.check_gradient(probed, a, d)
+            if taken is not None and not (np.isfinite(taken[0]).all()
+                                          and np.isfinite(taken[1]).all()):
+                raise NonFiniteGradientError('dAD layer %r: the captured rows hold NaN or '
+                                             'Inf' % (self.layer,))
+            self.check_gradient(grad.reshape((self.rows, self.cols)).asnumpy(), a, d)
         # 4. rows or factors (and, with error feedback, what they leave out)
         left = None
         if self.error_feedback and not state.void:
