@@ -625,18 +625,25 @@ int thc_quantize(const float* z, int64_t d, const ThcParams& p, int64_t num_work
   return kOk;
 }
 
+// Checks that each of num_words words (valid parameters) is a whole number of
+// digits_per_word digits: kOk or kBadWord.
+static int check_digits(const float* words, int64_t num_words, const ThcParams& p,
+                        int64_t num_workers) {
+  const int64_t base = thc_sum_base(p, num_workers);
+  const int digits = digits_per_word(base, kMantissaF32);
+  int64_t limit = 1;
+  for (int j = 0; j < digits; ++j) limit *= base;  // <= 2^24: exact in float32
+  return words_are_digits(words, num_words, static_cast<float>(limit)) ? kOk : kBadWord;
+}
+
 // Checks words (num_words for d positions packed for num_workers): kOk, kBadParam or
 // kBadWord.
 static int check_words(const float* words, int64_t num_words, int64_t d, const ThcParams& p,
                        int64_t num_workers) {
   if (d < 0 || !thc_params_valid(p, num_workers)) return kBadParam;
-  const int64_t base = thc_sum_base(p, num_workers);
-  const int digits = digits_per_word(base, kMantissaF32);
-  if (num_words != ceil_div(d, digits)) return kBadParam;
-  int64_t limit = 1;
-  for (int j = 0; j < digits; ++j) limit *= base;  // <= 2^24: exact in float32
-  if (!words_are_digits(words, num_words, static_cast<float>(limit))) return kBadWord;
-  return kOk;
+  if (num_words != ceil_div(d, digits_per_word(thc_sum_base(p, num_workers), kMantissaF32)))
+    return kBadParam;
+  return check_digits(words, num_words, p, num_workers);
 }
 
 // sums[0, count): the summed digits of padded positions [first, first + count) of
@@ -749,7 +756,8 @@ int thc_decode_sum(const float* words, int64_t num_words, int64_t n, const float
     zero(out, n);
     return kBadParam;
   }
-  const int status = check_words(words, num_words, layout.d, p, num_workers);
+  // the parameters and the word count were checked above, before a void step answers
+  const int status = check_digits(words, num_words, p, num_workers);
   if (status != kOk) {
     zero(out, n);
     return status;

@@ -156,14 +156,14 @@ class ThcCodec(Codec):
 
     @staticmethod
     def _step_count(state):
-        """The step count: the one this codec wrote last (kept beside its array, so
-        nothing is read back), else read from the array (restored or adopted state)."""
+        """The step count: one past the step this codec ran last, if the array is the
+        one it wrote then (nothing read back), else read from the array (restored or
+        adopted state)."""
         counter = state.get('step')
         if counter is None:
             return 0
-        written = state.last.get('counter')
-        if written is not None and written[0] is counter:
-            return written[1]
+        if state.last.get('counter') is counter:
+            return (state.last['step'] + 1) % MAX_STEP
         return int(counter.asscalar())
 
     @staticmethod
@@ -171,9 +171,8 @@ class ThcCodec(Codec):
         """Store step + 1 by an engine op: creating the array from the host waited for
         the engine's queue (about 3 ms a chunk while encoders ran)."""
         from mxnet import ndarray
-        count = (step + 1) % MAX_STEP
-        state['step'] = ndarray.full((1,), count, dtype=np.float32)
-        state.last['counter'] = (state.get('step'), count)
+        state['step'] = ndarray.full((1,), (step + 1) % MAX_STEP, dtype=np.float32)
+        state.last['counter'] = state.get('step')
 
     def sum_words(self, num_workers):
         return sum_words(self.size, self.block, self.levels, num_workers, self.table)
