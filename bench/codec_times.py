@@ -2,8 +2,9 @@
 synthetic shapes, per codec class (bench/results/codec_times.json, cost.CODEC_TIMES).
 
 Why: the cost model prices Hylo's and 2-bit's codecs from kernel timings
-(cost.kernels_of); any other codec was unpriced until the user ran ``--calibrate``, and
-pricing another codec from kernels would take another branch of kernels_of. This times,
+(their ``Codec.kernel_cases``, read by cost.kernels_of); any other codec was unpriced
+until the user ran ``--calibrate``, and pricing it from kernels would need kernel cases
+of its own in the kernels benchmark. This times,
 for every registered scheme and mode at its defaults (cost.variants), every codec it
 plans for a ladder of matrix and conv shapes (10^4 to 10^7 elements), with
 cost_calibrate.calibrate (a one-process store, rank 0 of 1: encode, the servers' decode

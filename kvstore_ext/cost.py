@@ -20,8 +20,6 @@ import re
 import numpy as np
 
 from . import chunking, pipeline
-from .codecs import (AdditiveTernaryCodec, AdditiveTopKCodec, FilterTopKCodec,
-                     TernaryCodec)
 from .codecs.base import innermost
 from .codecs.momentum import MomentumCorrected
 from .transport.ps import KeyNumbers, gather_key_work, gather_wire_bytes, sum_key_work
@@ -219,26 +217,11 @@ def kernels_of(codec):
     if codec.passthrough:
         return (), (), ()
     velocity = ('fp32_decode_add',) if isinstance(codec, MomentumCorrected) else ()
-    codec = innermost(codec)
-    if isinstance(codec, AdditiveTopKCodec):
-        return velocity + ('filter_scores F=4608', 'topk_gather F=4608 5%',
-                           'topk_scatter F=4608 5%'), (), ()
-    if isinstance(codec, AdditiveTernaryCodec):
-        return velocity + ('ternary_encode_sum n=4', 'ternary_decode_sum n=4'), (), ()
-    if isinstance(codec, FilterTopKCodec):
-        if codec.compressed_reply:
-            return (velocity + ('topk_encode F=4608 5%', 'topk_decode F=4608 5%'),
-                    ('topk_decode_add F=4608 5%',), ('topk_encode F=4608 5%',))
-        return (velocity + ('topk_encode F=4608 5%', 'fp32_decode'),
-                ('topk_decode_add F=4608 5%',), ())
-    if isinstance(codec, TernaryCodec):
-        encode = 'ternary_encode fixed t' if codec.threshold > 0 else \
-            'ternary_encode adaptive'
-        if codec.compressed_reply:
-            return (velocity + (encode, 'ternary_decode'), ('ternary_decode_add',),
-                    ('ternary_encode adaptive',))
-        return velocity + (encode, 'fp32_decode'), ('ternary_decode_add',), ()
-    return None
+    cases = innermost(codec).kernel_cases()
+    if cases is None:
+        return None
+    worker, per_slot, once = cases
+    return velocity + tuple(worker), tuple(per_slot), tuple(once)
 
 
 def codec_class(codec):

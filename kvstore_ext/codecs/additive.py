@@ -94,6 +94,9 @@ class AdditiveTernaryCodec(AgreedCodec):
         check_decoded(status, 'summed ternary payload')
         return out
 
+    def kernel_cases(self):
+        return ('ternary_encode_sum n=4', 'ternary_decode_sum n=4'), (), ()
+
     def describe(self):
         value = VALUE_TEXT[self.value]
         if self.threshold > 0:
@@ -149,6 +152,10 @@ class AdditiveTopKCodec(AgreedCodec):
         out, status = op('kvx_topk_scatter')(summed, settled, shape=shape_attr(self.shape))
         check_decoded(status, 'summed filter values')
         return out
+
+    def kernel_cases(self):
+        return ('filter_scores F=4608', 'topk_gather F=4608 5%',
+                'topk_scatter F=4608 5%'), (), ()
 
     def describe(self):
         return 'top %d of %d filters (additive, agreed (%s))' % (self.k, self.shape[0],

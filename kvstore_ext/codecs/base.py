@@ -77,6 +77,13 @@ class Codec:
         self.shape = tuple(int(d) for d in shape)
         self.size = int(np.prod(self.shape)) if self.shape else 1
 
+    def kernel_cases(self):
+        """(worker, server per worker slot, server once): the kernels a step runs, by
+        their case names in the kernels benchmark (cost.KERNEL_TIMES), each on the
+        chunk's elements; None (the default): priced from the codec class table
+        instead (cost.CODEC_TIMES, or a calibration), which needs no entry here."""
+        return None
+
     def deferrable(self, state):
         """True if this step, with this chunk state, may run under deferred checks (a
         codec whose step sometimes adds a round says when)."""

@@ -71,6 +71,14 @@ class TernaryCodec(GatherCodec):
         return (self.codec_id, self.size, self.scale, self.threshold,
                 float(VALUE_RULES[self.value]))
 
+    def kernel_cases(self):
+        encode = ('ternary_encode fixed t' if self.threshold > 0 else
+                  'ternary_encode adaptive')
+        if self.compressed_reply:
+            return ((encode, 'ternary_decode'), ('ternary_decode_add',),
+                    ('ternary_encode adaptive',))
+        return (encode, 'fp32_decode'), ('ternary_decode_add',), ()
+
     def describe(self):
         more = VALUE_TEXT[self.value] + \
             (', compressed reply' if self.compressed_reply else '')

@@ -58,6 +58,12 @@ class FilterTopKCodec(GatherCodec):
         """The servers send the top k filters of sum + their residual."""
         return (self.codec_id, self.size, self.k, self.filter_size, 0.0)
 
+    def kernel_cases(self):
+        if self.compressed_reply:
+            return (('topk_encode F=4608 5%', 'topk_decode F=4608 5%'),
+                    ('topk_decode_add F=4608 5%',), ('topk_encode F=4608 5%',))
+        return ('topk_encode F=4608 5%', 'fp32_decode'), ('topk_decode_add F=4608 5%',), ()
+
     def describe(self):
         return 'top %d of %d filters%s' % (self.k, self.shape[0], ', compressed reply'
                                            if self.compressed_reply else '')
