@@ -507,7 +507,8 @@ def test_nan_voids_the_step():
 def test_a_non_finite_gradient_voids_the_step_and_a_large_one_does_not():
     """The gradient is checked on the host, in the one pass of the probe product: NaN
     or Inf in it (the rows finite) voids the step, with the check on or off; a finite
-    gradient whose probe product overflows float32 is not taken for a non-finite one."""
+    gradient whose probe product overflows float32 is not taken for a non-finite one,
+    nor, with the check on, for a gradient off its rows."""
     x = np.ones((4, 60), f32)
     for params in ({}, {'check_gradient': 0}):
         kv, net, _ = _one_layer_store(params)
@@ -528,6 +529,13 @@ def test_a_non_finite_gradient_voids_the_step_and_a_large_one_does_not():
         assert not np.isfinite(grad.asnumpy()[0] @ probe)
     kv.pushpull(0, grad)
     close(grad.asnumpy(), want, 1e-6)            # the rows' product, not a void step
+    codec = OuterCodec((40, 60), 'layer')
+    a, d = np.zeros((4, 60)), np.zeros((4, 40))
+    a[0], d[0] = 1e19 * probe, 1e18              # every row 1e37 r: g r = 6e38
+    big = (d.T @ a).astype(f32)
+    codec.check_gradient(big, a, d)              # no error: it is D^T A
+    with pytest.raises(GradientMismatch):
+        codec.check_gradient(big * 0.5, a, d)
 
 
 # ---- real ps-lite jobs ---------------------------------------------------------------------

@@ -174,14 +174,17 @@ class OuterCodec(GatherCodec):
         holds NaN or Inf; with ``check``, raise GradientMismatch unless it is ``d^T a``
         along the probe ``r``, to CHECK_TOLERANCE of ``|d|^T |a| |r|`` (the magnitude of
         the terms, so cancellation does not make the test fail). One pass over the
-        gradient: ``g r`` is non-finite exactly when ``g`` holds NaN or Inf (a finite
-        sum that overflows float32 is told apart by a second look)."""
+        gradient: ``g r`` is non-finite exactly when ``g`` holds NaN or Inf, or when a
+        finite sum overflows float32 (told apart by a second look, then summed in
+        float64)."""
         probe = self.probe()
-        with np.errstate(over='ignore', invalid='ignore'):     # told apart below
+        with np.errstate(over='ignore', invalid='ignore'):
             got = grad @ probe
-        if not np.isfinite(got).all() and not np.isfinite(grad).all():
-            raise NonFiniteGradientError('dAD layer %r: the gradient holds NaN or Inf'
-                                         % (self.layer,))
+        if not np.isfinite(got).all():
+            if not np.isfinite(grad).all():
+                raise NonFiniteGradientError('dAD layer %r: the gradient holds NaN or Inf'
+                                             % (self.layer,))
+            got = grad.astype(np.float64) @ probe.astype(np.float64)
         if not self.check:
             return
         got = got.astype(np.float64)
