@@ -221,7 +221,7 @@ def kernels_of(codec):
     if cases is None:
         return None
     worker, per_slot, once = cases
-    return velocity + tuple(worker), tuple(per_slot), tuple(once)
+    return velocity + worker, per_slot, once
 
 
 def codec_class(codec):

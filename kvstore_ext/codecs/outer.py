@@ -216,13 +216,14 @@ class OuterCodec(GatherCodec):
         else:
             a, d = taken[0], taken[1][:, self.start:self.start + self.rows]
         # 2. NaN/Inf: the store makes the step void (void_steps.void_step), as for every
-        # codec; all of the layer's rows are checked, so the first chunk raises if any
-        # would, before a chunk's round. 3. the gradient is D^T A. Both on the host:
-        # the gradient is ready (waited for above), so its copy waits for nothing,
-        # where an engine op would queue behind the rest of the backward pass
+        # codec; all of the layer's rows are checked by the chunk that takes them (the
+        # first, stepped first), so it raises before any chunk's round. 3. the gradient
+        # (this chunk's) is D^T A. Both on the host: the gradient is ready (waited for
+        # above), so its copy waits for nothing, where an engine op would queue behind
+        # the rest of the backward pass
         if not state.void:
-            if taken is not None and not (np.isfinite(taken[0]).all()
-                                          and np.isfinite(taken[1]).all()):
+            if taken is not None and self.start == 0 and not (
+                    np.isfinite(taken[0]).all() and np.isfinite(taken[1]).all()):
                 raise NonFiniteGradientError('dAD layer %r: the captured rows hold NaN or '
                                              'Inf' % (self.layer,))
             self.check_gradient(grad.reshape((self.rows, self.cols)).asnumpy(), a, d)
