@@ -19,10 +19,30 @@
 #endif
 #define KVX_INLINE inline __attribute__((always_inline))
 
+// Selections (element top-k's candidates, AdaComp's) have an AVX2 path written with
+// intrinsics, chosen at run time by have_avx2(): GCC does not vectorise a loop that
+// appends what it selects.  The baseline build (KVX_NO_CLONES) tests the portable path.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(KVX_NO_CLONES)
+#define KVX_AVX2 1
+#include <immintrin.h>
+#endif
+
 namespace kvx {
 
 // acc[i] += values[i].
 void add_into(float* acc, const float* values, int64_t n);
+
+#ifdef KVX_AVX2
+inline bool have_avx2() { return __builtin_cpu_supports("avx2"); }
+// For each 8-bit mask, the lanes it sets in order, then zeros: the permutation
+// (_mm256_permutevar8x32) that packs a register's selected lanes to its front, as
+// AVX-512's compress would.
+struct PackLanes {
+  alignas(32) int32_t lanes[256][8];
+  PackLanes();
+};
+extern const PackLanes kPackLanes;
+#endif
 
 inline void zero(float* x, int64_t n) {
   if (n > 0) std::memset(x, 0, static_cast<size_t>(n) * sizeof(float));

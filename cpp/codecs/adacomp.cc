@@ -2,8 +2,9 @@
 #include "codecs/adacomp.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "codec_table.h"
@@ -17,19 +18,24 @@ struct AdacompCandidate {
   bool negative;    // H < 0
 };
 
-// max |G| over one bin, G = grad + residual; *bad counts elements whose H = G + grad is
-// not finite (H finite implies grad, residual and G finite).
-KVX_HOT static float bin_max(const float* grad, const float* residual, int64_t len, int64_t* bad) {
-  float gmax = 0.0f;
-  int64_t nonfinite = 0;
+// max |G| over one bin, G = grad + residual; *bad becomes nonzero if some H = G + grad is
+// not finite (H finite implies grad, residual and G finite).  On magnitude bits, which
+// order as the magnitudes do and whose max GCC vectorises (a float max it may not: NaN).
+KVX_HOT static float bin_max(const float* grad, const float* residual, int64_t len, uint32_t* bad) {
+  uint32_t top = 0, nonfinite = 0;
   for (int64_t j = 0; j < len; ++j) {
     const float g = grad[j];
     const float acc = g + residual[j];
     const float h = acc + g;
-    gmax = std::max(gmax, std::fabs(acc));
-    nonfinite += !(std::fabs(h) <= FLT_MAX);
+    uint32_t a, b;
+    std::memcpy(&a, &acc, sizeof a);
+    std::memcpy(&b, &h, sizeof b);
+    top = std::max(top, a & 0x7fffffffu);
+    nonfinite |= (b & 0x7fffffffu) > 0x7f7fffffu;  // above FLT_MAX's bits: Inf or NaN
   }
-  *bad += nonfinite;
+  *bad |= nonfinite;
+  float gmax;
+  std::memcpy(&gmax, &top, sizeof gmax);
   return gmax;
 }
 
@@ -45,6 +51,122 @@ static void select_bin(const float* grad, float* residual, int64_t start, int64_
     // gmax > 0: a bin whose G is all zero sends nothing.
     if (gmax > 0.0f && std::fabs(h) >= gmax) out->push_back({j, std::fabs(h), h < 0.0f});
   }
+}
+
+#ifdef KVX_AVX2
+// select_bin over every bin with AVX2, eight elements a step: the residual stored, the
+// elements with |H| >= gmax (compared as magnitude bits: H is finite here) packed to the
+// front of a register and stored whole, the next store starting where they end.
+// Appends (index, H) to `index` and `h`, which keep room for 8 beyond the count; returns
+// the count.  n < 2^31 (int32 lanes).
+__attribute__((target("avx2,popcnt"))) static int64_t select_avx2(
+    const float* grad, float* residual, int64_t n, int64_t bin, const std::vector<float>& gmax,
+    std::vector<int32_t>* index, std::vector<float>* h) {
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+  const __m256i eight = _mm256_set1_epi32(8);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t count = 0;
+  for (int64_t b = 0, start = 0; start < n; ++b, start += bin) {
+    const int64_t end = std::min(n, start + bin);
+    const float top = gmax[static_cast<size_t>(b)];
+    int32_t top_bits;
+    std::memcpy(&top_bits, &top, sizeof top_bits);
+    // |H| >= top as bits: |H| > top_bits - 1; a zero top selects nothing (no bits exceed
+    // 0x7fffffff)
+    const __m256i below = _mm256_set1_epi32(top > 0.0f ? top_bits - 1 : 0x7fffffff);
+    __m256i at = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(start)), lanes);
+    int64_t j = start;
+    for (; j + 8 <= end; j += 8) {
+      if (count + 8 > static_cast<int64_t>(index->size())) {
+        index->resize(2 * index->size() + 8);
+        h->resize(index->size());
+      }
+      const __m256 g = _mm256_loadu_ps(grad + j);
+      const __m256 acc = _mm256_add_ps(g, _mm256_loadu_ps(residual + j));
+      const __m256 sum = _mm256_add_ps(acc, g);
+      _mm256_storeu_ps(residual + j, acc);
+      const __m256i over = _mm256_cmpgt_epi32(
+          _mm256_and_si256(_mm256_castps_si256(sum), magnitude), below);
+      const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(over));
+      const __m256i pack =
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(kPackLanes.lanes[mask]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(index->data() + count),
+                          _mm256_permutevar8x32_epi32(at, pack));
+      _mm256_storeu_ps(h->data() + count, _mm256_permutevar8x32_ps(sum, pack));
+      count += __builtin_popcount(static_cast<unsigned>(mask));
+      at = _mm256_add_epi32(at, eight);
+    }
+    for (; j < end; ++j) {
+      const float g = grad[j];
+      const float acc = g + residual[j];
+      const float sum = acc + g;
+      residual[j] = acc;
+      if (!(top > 0.0f && std::fabs(sum) >= top)) continue;
+      if (count + 8 > static_cast<int64_t>(index->size())) {
+        index->resize(2 * index->size() + 8);
+        h->resize(index->size());
+      }
+      (*index)[count] = static_cast<int32_t>(j);
+      (*h)[count++] = sum;
+    }
+  }
+  return count;
+}
+#endif
+
+// The candidates of every bin, in index order; the residual becomes G.
+static std::vector<AdacompCandidate> select_bins(const float* grad, float* residual, int64_t n,
+                                                 int64_t bin, const std::vector<float>& gmax,
+                                                 int64_t capacity) {
+  std::vector<AdacompCandidate> sent;
+#ifdef KVX_AVX2
+  if (n < (int64_t{1} << 31) && have_avx2()) {
+    std::vector<int32_t> index(static_cast<size_t>(capacity) + 8);
+    std::vector<float> h(index.size());
+    const int64_t count = select_avx2(grad, residual, n, bin, gmax, &index, &h);
+    sent.resize(static_cast<size_t>(count));
+    for (int64_t c = 0; c < count; ++c)
+      sent[c] = {index[c], std::fabs(h[c]), h[c] < 0.0f};
+    return sent;
+  }
+#endif
+  sent.reserve(static_cast<size_t>(capacity));
+  for (int64_t b = 0, start = 0; start < n; ++b, start += bin)
+    select_bin(grad, residual, start, std::min(bin, n - start), gmax[b], &sent);
+  return sent;
+}
+
+// Over capacity: the `capacity` largest |H| go (ties to the lower index), in index order;
+// the rest stay in G.  Candidates come in index order.
+static void keep_largest(std::vector<AdacompCandidate>* sent, int64_t capacity) {
+  const size_t count = sent->size();
+  std::vector<AdacompCandidate> chosen(static_cast<size_t>(capacity));
+  if (count > 0xffffffffu) {
+    std::nth_element(sent->begin(), sent->begin() + capacity, sent->end(),
+                     [](const AdacompCandidate& x, const AdacompCandidate& y) {
+                       return x.magnitude > y.magnitude ||
+                              (x.magnitude == y.magnitude && x.index < y.index);
+                     });
+    std::copy(sent->begin(), sent->begin() + capacity, chosen.begin());
+    std::sort(chosen.begin(), chosen.end(),
+              [](const AdacompCandidate& x, const AdacompCandidate& y) { return x.index < y.index; });
+    sent->swap(chosen);
+    return;
+  }
+  // One integer key a candidate, faster to select on: its magnitude's bits, then its
+  // position reversed, so that the larger key is the larger |H| or, tied, the lower index.
+  std::vector<uint64_t> keys(count);
+  for (size_t c = 0; c < count; ++c) {
+    uint32_t bits;
+    std::memcpy(&bits, &(*sent)[c].magnitude, sizeof bits);
+    keys[c] = (static_cast<uint64_t>(bits) << 32) | (0xffffffffu - static_cast<uint32_t>(c));
+  }
+  std::nth_element(keys.begin(), keys.begin() + capacity, keys.end(), std::greater<uint64_t>());
+  std::vector<uint32_t> kept(static_cast<size_t>(capacity));
+  for (int64_t e = 0; e < capacity; ++e) kept[e] = 0xffffffffu - static_cast<uint32_t>(keys[e]);
+  std::sort(kept.begin(), kept.end());
+  for (int64_t e = 0; e < capacity; ++e) chosen[e] = (*sent)[kept[e]];
+  sent->swap(chosen);
 }
 
 // The entry words of code 2 * index + sign.
@@ -115,7 +237,7 @@ int adacomp_encode(const float* grad, float* residual, int64_t n, int64_t bin,
   }
   const int64_t bins = ceil_div(n, bin);
   std::vector<float> gmax(static_cast<size_t>(bins));
-  int64_t bad = 0;
+  uint32_t bad = 0;
   for (int64_t i = 0; i < bins; ++i) {
     const int64_t start = i * bin;
     gmax[i] = bin_max(grad + start, residual + start, std::min(bin, n - start), &bad);
@@ -123,20 +245,8 @@ int adacomp_encode(const float* grad, float* residual, int64_t n, int64_t bin,
   zero(payload, words);
   if (bad) return kNonFinite;
 
-  std::vector<AdacompCandidate> sent;
-  for (int64_t i = 0; i < bins; ++i)
-    select_bin(grad, residual, i * bin, std::min(bin, n - i * bin), gmax[i], &sent);
-  if (static_cast<int64_t>(sent.size()) > capacity) {
-    // Over capacity: the largest |H| go (ties to the lower index); the rest stay in G.
-    std::nth_element(sent.begin(), sent.begin() + capacity, sent.end(),
-                     [](const AdacompCandidate& x, const AdacompCandidate& y) {
-                       return x.magnitude > y.magnitude ||
-                              (x.magnitude == y.magnitude && x.index < y.index);
-                     });
-    sent.resize(static_cast<size_t>(capacity));
-    std::sort(sent.begin(), sent.end(),
-              [](const AdacompCandidate& x, const AdacompCandidate& y) { return x.index < y.index; });
-  }
+  std::vector<AdacompCandidate> sent = select_bins(grad, residual, n, bin, gmax, capacity);
+  if (static_cast<int64_t>(sent.size()) > capacity) keep_largest(&sent, capacity);
   // The spec sums the bins' maxima in float64, in bin order.
   double total = 0.0;
   for (float m : gmax) total += m;

@@ -9,7 +9,6 @@
 
 #include "codec_table.h"
 #include "kernel_util.h"
-#include "stats.h"
 
 namespace kvx {
 
@@ -36,8 +35,8 @@ struct Candidate {
 // magnitudes per bucket, which names the bucket that holds the k-th largest; a second
 // collects the elements of that bucket and of every bucket above it (larger magnitudes
 // only): k and the few of the k-th's bucket that are smaller.
-static std::vector<Candidate> candidates_of(const float* grad, const float* residual,
-                                            int64_t n, int64_t k) {
+static std::vector<Candidate> radix_candidates(const float* grad, const float* residual,
+                                               int64_t n, int64_t k) {
   // Four interleaved counts: a gradient's magnitudes crowd into a few buckets, and
   // increments of one counter in a row would each wait for the one before.
   constexpr int64_t kWays = 4;
@@ -62,6 +61,125 @@ static std::vector<Candidate> candidates_of(const float* grad, const float* resi
   return found;
 }
 
+#ifdef KVX_AVX2
+// candidates_above with AVX2: eight elements a compare, their selected ones packed to
+// the front of a register and the register stored whole, the next store starting where
+// the selected ones end (no branch on the data).  Returns the count; `index` and `acc`
+// grow as needed, with room for 8 beyond it.  n < 2^31 (int32 lanes).
+__attribute__((target("avx2,popcnt"))) static int64_t collect_avx2(
+    const float* grad, const float* residual, int64_t n, uint32_t floor,
+    std::vector<int32_t>* index, std::vector<float>* acc) {
+  // magnitude bits and floor are below 2^31: a signed compare orders them
+  const __m256i below = _mm256_set1_epi32(static_cast<int32_t>(floor) - 1);
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+  const __m256i eight = _mm256_set1_epi32(8);
+  __m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t count = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    if (count + 8 > static_cast<int64_t>(index->size())) {
+      index->resize(2 * index->size() + 8);
+      acc->resize(index->size());
+    }
+    const __m256 sum = _mm256_add_ps(_mm256_loadu_ps(grad + i), _mm256_loadu_ps(residual + i));
+    const __m256i over = _mm256_cmpgt_epi32(
+        _mm256_and_si256(_mm256_castps_si256(sum), magnitude), below);
+    const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(over));
+    const __m256i pack = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPackLanes.lanes[mask]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(index->data() + count),
+                        _mm256_permutevar8x32_epi32(at, pack));
+    _mm256_storeu_ps(acc->data() + count, _mm256_permutevar8x32_ps(sum, pack));
+    count += __builtin_popcount(static_cast<unsigned>(mask));
+    at = _mm256_add_epi32(at, eight);
+  }
+  for (; i < n; ++i) {
+    const float a = grad[i] + residual[i];
+    if (magnitude_bits(a) < floor) continue;
+    if (count + 1 > static_cast<int64_t>(index->size())) {
+      index->resize(2 * index->size() + 8);
+      acc->resize(index->size());
+    }
+    (*index)[count] = static_cast<int32_t>(i);
+    (*acc)[count++] = a;
+  }
+  return count;
+}
+#endif
+
+// Every element whose magnitude bits are at least `floor`, in index order.
+static std::vector<Candidate> candidates_above(const float* grad, const float* residual,
+                                               int64_t n, uint32_t floor, size_t expect) {
+  std::vector<Candidate> found;
+#ifdef KVX_AVX2
+  if (n < (int64_t{1} << 31) && have_avx2()) {
+    std::vector<int32_t> index(expect + 8);
+    std::vector<float> acc(expect + 8);
+    const int64_t count = collect_avx2(grad, residual, n, floor, &index, &acc);
+    found.resize(static_cast<size_t>(count));
+    for (int64_t c = 0; c < count; ++c) found[c] = {index[c], acc[c]};
+    return found;
+  }
+#endif
+  found.reserve(expect);
+  for (int64_t i = 0; i < n; ++i) {
+    const float acc = grad[i] + residual[i];
+    if (magnitude_bits(acc) >= floor) found.push_back({i, acc});
+  }
+  return found;
+}
+
+// The radix select's first pass, a scatter of counts, costs most of the encoder: from
+// this many elements on, a sample guesses a floor under the k-th largest magnitude and
+// one pass collects everything at or above it; the radix select runs only when the guess
+// was too high (fewer than k found).
+constexpr int64_t kSampleFrom = 1 << 16;
+constexpr int64_t kSample = 8192;
+
+static thread_local int g_last_path = 0;
+int element_topk_last_path() { return g_last_path; }
+
+// The magnitude bits of the sample's rank-th largest (0-based): a floor that leaves about
+// rank / kSample of the tensor at or above it.  The sample is spread by a fixed
+// pseudo-random sequence, not a stride, so that a tensor's rows or columns do not
+// line up with it.
+static uint32_t sampled_floor(const float* grad, const float* residual, int64_t n,
+                              int64_t rank) {
+  std::vector<uint32_t> bits(kSample);
+  uint64_t state = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(n);
+  for (int64_t s = 0; s < kSample; ++s) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const int64_t i = static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(n));
+    bits[s] = magnitude_bits(grad[i] + residual[i]);
+  }
+  std::nth_element(bits.begin(), bits.begin() + rank, bits.end(), std::greater<uint32_t>());
+  return bits[rank];
+}
+
+// The elements whose magnitude may be among the k largest, in index order: a superset of
+// the k largest (and every NaN/Inf, whose magnitude bits top every finite one's).
+static std::vector<Candidate> candidates_of(const float* grad, const float* residual,
+                                            int64_t n, int64_t k) {
+  if (n >= kSampleFrom) {
+    // The sample's expected count above the k-th largest, plus four standard deviations
+    // and a margin: on a random tensor the guess falls short less than once in 30,000
+    // calls.
+    const double expect = static_cast<double>(kSample) * static_cast<double>(k) /
+                          static_cast<double>(n);
+    const int64_t rank = static_cast<int64_t>(expect + 4.0 * std::sqrt(expect) + 8.0);
+    if (rank < kSample / 4) {
+      const uint32_t floor = sampled_floor(grad, residual, n, rank);
+      const size_t room = static_cast<size_t>(
+          1.25 * static_cast<double>(rank + 1) / kSample * static_cast<double>(n));
+      std::vector<Candidate> found = candidates_above(grad, residual, n, floor, room);
+      if (static_cast<int64_t>(found.size()) >= k) {
+        g_last_path = 1;
+        return found;
+      }
+    }
+  }
+  g_last_path = 2;
+  return radix_candidates(grad, residual, n, k);
+}
+
 // residual[i] = grad[i] + residual[i]: what every element not sent keeps.
 KVX_HOT static void accumulate(const float* grad, float* residual, int64_t n) {
   for (int64_t i = 0; i < n; ++i) residual[i] = grad[i] + residual[i];
@@ -81,24 +199,28 @@ int element_topk_encode(const float* grad, float* residual, int64_t n, int64_t k
     return kBadSize;
   }
   zero(payload, words);
-  if (!acc_all_finite(grad, residual, n)) return kNonFinite;
+  // Every NaN/Inf is a candidate (its magnitude bits top every finite one's), so the
+  // candidates tell whether acc is finite, before the residual changes.
+  const std::vector<Candidate> found = candidates_of(grad, residual, n, k);
+  for (const Candidate& c : found)
+    if (!std::isfinite(c.acc)) return kNonFinite;
 
   // Every candidate above the k-th largest magnitude is sent, and of those equal to it
   // the first `ties` by index (ties to the lower index).
-  const std::vector<Candidate> found = candidates_of(grad, residual, n, k);
-  std::vector<float> magnitude(found.size());
-  for (size_t c = 0; c < found.size(); ++c) magnitude[c] = std::fabs(found[c].acc);
+  // (Magnitudes as their bits: every candidate is finite, and integers compare faster.)
+  std::vector<uint32_t> magnitude(found.size());
+  for (size_t c = 0; c < found.size(); ++c) magnitude[c] = magnitude_bits(found[c].acc);
   std::nth_element(magnitude.begin(), magnitude.begin() + (k - 1), magnitude.end(),
-                   std::greater<float>());
-  const float kth = magnitude[k - 1];
+                   std::greater<uint32_t>());
+  const uint32_t kth = magnitude[k - 1];
   int64_t ties = k;
-  for (const Candidate& c : found) ties -= std::fabs(c.acc) > kth;
+  for (const Candidate& c : found) ties -= magnitude_bits(c.acc) > kth;
 
   accumulate(grad, residual, n);
   write_header(payload, kCodecElementTopk, n, static_cast<float>(k), 0.0f, k * width);
   float* entry = payload + kHeaderWords;
   for (const Candidate& c : found) {
-    const float m = std::fabs(c.acc);
+    const uint32_t m = magnitude_bits(c.acc);
     if (!(m > kth || (m == kth && ties > 0))) continue;
     ties -= m == kth;
     entry[0] = static_cast<float>(c.index % kExactF32);

@@ -26,6 +26,10 @@ inline int64_t element_topk_payload_words(int64_t n, int64_t k) {
 // 1 <= k <= n, else kBadParam.
 int element_topk_encode(const float* grad, float* residual, int64_t n, int64_t k,
                         float* payload);
+// How this thread's last element_topk_encode found its candidates: 1 from a sampled floor
+// (tensors of 65,536 elements and more), 2 by the radix select (smaller tensors, or the
+// sample's floor left fewer than k).  For the tests, which check both.
+int element_topk_last_path();
 int element_topk_decode(const float* payload, int64_t payload_words, int64_t n, float* out);
 // acc[sent] += values (other elements are not touched).
 int element_topk_decode_add(const float* payload, int64_t payload_words, int64_t n,

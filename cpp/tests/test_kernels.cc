@@ -1117,6 +1117,65 @@ void test_adacomp_roundtrips() {
   CHECK_EQ(p[kHeaderWords + 11], 2.0f);
 }
 
+// The encoder against the rule written out plainly: every element whose |H| reaches its
+// bin's max|G| (a bin of zeros: none), over capacity the largest |H| with ties to the
+// lower index, sent by ascending index; the scale the float64 mean of the bins' maxima;
+// the residual G, less sign * scale where sent.  Payload and residual bit for bit.
+void check_adacomp_exact(const Floats& g, const Floats& r0, int64_t bin, int64_t capacity) {
+  const int64_t n = static_cast<int64_t>(g.size()), bins = (n + bin - 1) / bin;
+  std::vector<float> gmax(bins, 0.0f);
+  for (int64_t j = 0; j < n; ++j)
+    gmax[j / bin] = std::max(gmax[j / bin], std::fabs(g[j] + r0[j]));
+  double total = 0.0;
+  for (float m : gmax) total += m;
+  const float scale = static_cast<float>(total / static_cast<double>(bins));
+  std::vector<int64_t> chosen;
+  for (int64_t j = 0; j < n; ++j) {
+    const float h = (g[j] + r0[j]) + g[j];
+    if (gmax[j / bin] > 0.0f && std::fabs(h) >= gmax[j / bin]) chosen.push_back(j);
+  }
+  auto magnitude = [&](int64_t j) { return std::fabs((g[j] + r0[j]) + g[j]); };
+  if (static_cast<int64_t>(chosen.size()) > capacity) {
+    std::stable_sort(chosen.begin(), chosen.end(),
+                     [&](int64_t a, int64_t b) { return magnitude(a) > magnitude(b); });
+    chosen.resize(static_cast<size_t>(capacity));
+    std::sort(chosen.begin(), chosen.end());
+  }
+  const int64_t width = kvx::adacomp_entry_words(n);
+  Floats want_body, want_r(n);
+  for (int64_t j = 0; j < n; ++j) want_r[j] = g[j] + r0[j];
+  for (int64_t j : chosen) {
+    const bool negative = (g[j] + r0[j]) + g[j] < 0.0f;
+    const int64_t code = 2 * j + (negative ? 1 : 0);
+    want_body.push_back(static_cast<float>(width == 1 ? code : code % (int64_t{1} << 24)));
+    if (width == 2) want_body.push_back(static_cast<float>(code / (int64_t{1} << 24)));
+    want_r[j] -= negative ? -scale : scale;
+  }
+  Floats r = r0, p(kvx::adacomp_payload_words(n, capacity), 3.0f);
+  CHECK_EQ(kvx::adacomp_encode(g.data(), r.data(), n, bin, capacity, p.data()), kvx::kOk);
+  CHECK(bits_of(p[5]) == bits_of(scale));
+  CHECK_EQ(p[6], static_cast<float>(chosen.size()));
+  const Floats body(p.begin() + kHeaderWords, p.begin() + kHeaderWords + want_body.size());
+  CHECK(same_bits(body, want_body));
+  CHECK(same_bits(r, want_r));
+}
+
+void test_adacomp_exact() {
+  g_test = "adacomp_exact";
+  const int64_t n = 100003;
+  const Floats g = randn(n, 51), r0 = randn(n, 52, 3.0f);
+  for (int64_t bin : {int64_t{1}, int64_t{7}, int64_t{50}, int64_t{500}, n}) {
+    const int64_t bins = (n + bin - 1) / bin;
+    for (int64_t capacity : {int64_t{1}, std::max<int64_t>(1, bins / 3), 3 * bins, n})
+      check_adacomp_exact(g, r0, bin, std::min(capacity, n));
+  }
+  // Small integers: |H| ties across the capacity's cut, and whole bins of zeros.
+  Floats ties(n), zeros(n, 0.0f);
+  for (int64_t i = 0; i < n; ++i) ties[i] = (i / 500) % 3 == 0 ? 0.0f : static_cast<float>((i * 7919) % 9) - 4.0f;
+  for (int64_t capacity : {int64_t{10}, int64_t{500}, int64_t{5000}, n})
+    check_adacomp_exact(ties, zeros, 50, capacity);
+}
+
 void test_adacomp_nonfinite() {
   g_test = "adacomp_nonfinite";
   for (float bad : {kNaN, kInf, -kInf, 3e38f}) {
@@ -1341,6 +1400,37 @@ void test_element_topk_exact() {
     check_element_topk_exact(close, Floats(20000, 0.0f), k);
 }
 
+// From 65,536 elements the candidates come from a sampled floor (path 1), below it from
+// the radix select (path 2); both exact against a full sort, on a random tensor, on one
+// whose k-th magnitude is shared by thousands, and on one that is mostly zeros (the
+// sample's floor is 0: every element is a candidate).
+void test_element_topk_paths() {
+  g_test = "element_topk_paths";
+  const int64_t n = 200003;
+  const Floats g = randn(n, 41), r0 = randn(n, 42, 0.5f);
+  for (int64_t k : {int64_t{1}, int64_t{2000}, int64_t{4001}, int64_t{20000}}) {
+    check_element_topk_exact(g, r0, k);
+    CHECK_EQ(kvx::element_topk_last_path(), 1);
+  }
+  check_element_topk_exact(g, r0, n / 2);  // too many for a sample's floor
+  CHECK_EQ(kvx::element_topk_last_path(), 2);
+  const Floats small = randn(20000, 43);
+  check_element_topk_exact(small, Floats(20000, 0.0f), 200);
+  CHECK_EQ(kvx::element_topk_last_path(), 2);
+  Floats ties(100000), none(100000, 0.0f);
+  for (int64_t i = 0; i < 100000; ++i) ties[i] = static_cast<float>((i * 7919) % 50) - 25.0f;
+  for (int64_t k : {int64_t{1000}, int64_t{1999}, int64_t{2000}, int64_t{2001}}) {
+    check_element_topk_exact(ties, none, k);
+    CHECK_EQ(kvx::element_topk_last_path(), 1);
+  }
+  Floats sparse(100000, 0.0f);
+  for (int64_t i = 0; i < 40; ++i) sparse[i * 2477] = (i % 2 ? -1.0f : 1.0f) * (i + 1);
+  for (int64_t k : {int64_t{39}, int64_t{40}, int64_t{41}, int64_t{500}}) {
+    check_element_topk_exact(sparse, none, k);
+    CHECK_EQ(kvx::element_topk_last_path(), 1);
+  }
+}
+
 // DGC's momentum correction (codecs/momentum.h): the products rounded before the sums,
 // NaN totals keep the previous sum, and only the rows named in [0, rows) are zeroed.
 void test_momentum_correction() {
@@ -1367,14 +1457,21 @@ void test_momentum_correction() {
 
 void test_element_topk_nonfinite() {
   g_test = "element_topk_nonfinite";
-  for (float bad : {kNaN, kInf, -kInf, 3e38f}) {
-    Floats g = randn(100, 5), r0 = randn(100, 6);
-    g[57] = bad;
-    if (bad == 3e38f) r0[57] = 3e38f;  // both finite, acc overflows
-    Floats r = r0, p(kvx::element_topk_payload_words(100, 10), 4.0f);
-    CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), 100, 10, p.data()), kvx::kNonFinite);
-    CHECK(same_bits(r, r0));
-    CHECK(all_zero(p));
+  // 100 elements: the radix select's candidates; 100,000: the sampled floor's, with the
+  // bad element where the sample may or may not fall.
+  for (int64_t n : {int64_t{100}, int64_t{100000}}) {
+    for (float bad : {kNaN, kInf, -kInf, 3e38f}) {
+      for (int64_t at : {int64_t{57}, n - 1}) {
+        Floats g = randn(n, 5), r0 = randn(n, 6);
+        g[at] = bad;
+        if (bad == 3e38f) r0[at] = 3e38f;  // both finite, acc overflows
+        Floats r = r0, p(kvx::element_topk_payload_words(n, 10), 4.0f);
+        CHECK_EQ(kvx::element_topk_encode(g.data(), r.data(), n, 10, p.data()),
+                 kvx::kNonFinite);
+        CHECK(same_bits(r, r0));
+        CHECK(all_zero(p));
+      }
+    }
   }
 }
 
@@ -1732,11 +1829,13 @@ int main() {
   test_twobit();
   test_adacomp_hand();
   test_adacomp_roundtrips();
+  test_adacomp_exact();
   test_adacomp_nonfinite();
   test_adacomp_malformed();
   test_element_topk_hand();
   test_element_topk_roundtrips();
   test_element_topk_exact();
+  test_element_topk_paths();
   test_momentum_correction();
   test_element_topk_nonfinite();
   test_element_topk_malformed();
