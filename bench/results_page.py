@@ -668,8 +668,10 @@ def section_step_time():
 # 3%, float16 10%, the others 15%; each from the run that measured it with dist_sync.
 SCHEME_STEP_OTHERS = 'loopback_step_4w_cnn512_other_schemes.json'
 SCHEME_STEP_POWERSGD = 'loopback_step_4w_cnn512_powersgd_acc_op.json'  # today's worker
-# top-k and AdaComp with today's encoder and momentum correction (plugin ops); before
-# the momentum ops: top-k's radix-select run, AdaComp's in SCHEME_STEP_OTHERS
+# top-k and AdaComp with today's encoders (sampled floor, vectorised selection); before
+# them SCHEME_STEP_MOMENTUM (momentum correction as plugin ops), and before the momentum
+# ops top-k's radix-select run and AdaComp's in SCHEME_STEP_OTHERS
+SCHEME_STEP_SELECT = 'loopback_step_4w_cnn512_vector_select.json'
 SCHEME_STEP_MOMENTUM = 'loopback_step_4w_cnn512_momentum_ops.json'
 SCHEME_STEP_TOPK_BEFORE = 'loopback_step_4w_cnn512_topk_radix_select.json'
 # THC with today's kernels, its void step decided on the engine and its step count
@@ -692,7 +694,7 @@ SCHEME_STEP_TARGETS = [(SCHEME_STEP_HOST_READS, 'dist_sync_hylo', 1.10),
     (SCHEME_STEP_OTHERS, 'dist_sync_' + name, 1.15)
     for name in ('lgreco', 'lgreco_hylo')] + [
     (SCHEME_STEP_HOST_READS, 'dist_sync_dad', 1.15)] + [
-    (SCHEME_STEP_MOMENTUM, 'dist_sync_' + name, 1.15) for name in ('topk', 'adacomp')]
+    (SCHEME_STEP_SELECT, 'dist_sync_' + name, 1.15) for name in ('topk', 'adacomp')]
 
 
 def section_step_schemes():
@@ -777,12 +779,17 @@ def _step_profile_words():
         'was DGC\'s momentum correction as MXNet operators, about nine a step over the '
         'tensor, each output a fresh array whose pages the kernel zeroed (`perf` of one '
         'worker, printed); the profile predates its three plugin ops '
-        '(`cpp/ops/momentum.cc`), with which their step is the rows above, against %.2fx '
-        'and %.2fx with the operators. What stays, from a `perf` of one top-k worker and '
-        'one `dist_sync` worker (printed): the model\'s own kernels were 42%% of the top-k '
-        'worker\'s CPU against 49%% of `dist_sync`\'s (about 15%% more CPU a step); the '
-        'plugin\'s operators 7.6%% (the encoder 4.2%%, the momentum ops 1.8%%), the kernel '
-        'zeroing fresh pages 2.1%% (none for `dist_sync`), Python and copies the rest. dAD\'s '
+        '(`cpp/ops/momentum.cc`): %.2fx and %.2fx over `dist_sync`\'s with them '
+        '(`%s`), against %.2fx and %.2fx with the operators. Their encoders\' selection '
+        'was then made 2-4 times faster (a sampled floor for top-k instead of a counting '
+        'pass, AVX2 selection for both: 1.4 and 1.8 ms at 10^6 elements against 2.9 and '
+        '3.4 in the codec class table), and their step is the rows above, no lower within '
+        'the seeds\' spread: the encoder was a small part of the extra. A whole-job `perf` '
+        '(every process, the steady epochs; printed) put top-k\'s job at about 25%% more '
+        'CPU than `dist_sync`\'s, spread over the plugin\'s operators (a quarter of the '
+        'extra, the momentum correction\'s two passes now costing more than the encoder), '
+        'MXNet\'s engine and operators, the kernel, Python and `libc` (a fifth each, '
+        'roughly). dAD\'s '
         'job used about the CPU of `dist_sync`\'s (its workers %.1f s against %.1f, its '
         'servers %.1f s against %.1f, same file): its step waits rather than computes. '
         'The worker builds its payload on the host from the rows it captured in the '
@@ -801,6 +808,8 @@ def _step_profile_words():
         % (data['cores'], data['load_average_1min_before'], base, listed,
            load(THC_OPERATORS)['runs']['dist_sync_thc']['operator_ms_per_step'],
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_thc'),
+           _mean_ratio(SCHEME_STEP_MOMENTUM, 'dist_sync_topk'),
+           _mean_ratio(SCHEME_STEP_MOMENTUM, 'dist_sync_adacomp'), SCHEME_STEP_MOMENTUM,
            _mean_ratio(SCHEME_STEP_TOPK_BEFORE, 'dist_sync_topk'),
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_adacomp'),
            role('dist_sync_dad', 'worker'), role('dist_sync', 'worker'),
@@ -810,7 +819,8 @@ def _step_profile_words():
            _mean_ratio(SCHEME_STEP_DAD_CHECK, 'dist_sync_dad'),
            capture['model'], capture['attached']['pass_ms'], capture['plain']['pass_ms'],
            capture['ratio'], capture['blocks'])
-        + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_TOPK_BEFORE,
+        + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_MOMENTUM,
+                        SCHEME_STEP_TOPK_BEFORE,
                         SCHEME_STEP_OTHERS, SCHEME_STEP_DAD_FACTORS, SCHEME_STEP_DAD_CHECK,
                         DAD_CAPTURE))
 
