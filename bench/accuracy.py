@@ -100,6 +100,9 @@ def run_curve(summaries):
                       'train_s': max(s['epochs'][e]['train_time'] for s in summaries),
                       'train_loss': statistics.mean(s['epochs'][e]['train_loss']
                                                     for s in summaries)})
+        if all('train_cpu' in s['epochs'][e] for s in summaries):
+            # the workers' CPU while they trained (every thread of each), summed
+            curve[-1]['train_cpu_s'] = sum(s['epochs'][e]['train_cpu'] for s in summaries)
     return curve
 
 

@@ -116,16 +116,23 @@ def run_one(args, spec, model, workers, schedule, seed, job_dir):
     run = {'spec': label, 'kvstore': kvstore, 'compression_params': params, 'model': model,
            'workers': workers, 'servers': args.servers, 'schedule': schedule, 'seed': seed,
            'exit_code': code, 'job_s': seconds,
+           # CPU seconds of every node of the job (user + system), the start-up included
+           # (the training's alone: the runs' train_cpu_s)
+           'job_cpu_s': ours,
            'others_cpu_share': max(0.0, busy - ours) / (seconds * (os.cpu_count() or 1))}
     summaries = cluster.worker_results(code, run, log, out_dir, workers)
     if summaries is None:
         return run
     curve = accuracy.run_curve(summaries)
     run.update({'curve': [{k: p[k] for k in ('epoch', 'test_acc', 'test_acc_spread',
-                                             'wall_s', 'train_s', 'train_loss')}
+                                             'wall_s', 'train_s', 'train_loss',
+                                             'train_cpu_s') if k in p}
                           for p in curve],
                 'final_acc': curve[-1]['test_acc'], 'wall_s': curve[-1]['wall_s'],
-                'train_s': sum(p['train_s'] for p in curve)})
+                'train_s': sum(p['train_s'] for p in curve),
+                'steps': len(curve) * summaries[0].get('batches_per_epoch', 0)})
+    if all('train_cpu_s' in p for p in curve):
+        run['train_cpu_s'] = sum(p['train_cpu_s'] for p in curve)
     stats = [s.get('comm_stats') for s in summaries]
     if all(stats):
         tot = {k: sum(st[k] for st in stats) for k in ('raw_bytes', 'push_bytes',

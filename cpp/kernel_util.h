@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__)) \
     && !defined(KVX_NO_CLONES)
@@ -42,6 +43,16 @@ struct PackLanes {
   PackLanes();
 };
 extern const PackLanes kPackLanes;
+
+// Room in `index` and `values` for 8 entries after the first `count`: an AVX2 selection
+// stores a whole register at its count.
+inline void room_for_eight(std::vector<int32_t>* index, std::vector<float>* values,
+                           int64_t count) {
+  if (count + 8 > static_cast<int64_t>(index->size())) {
+    index->resize(2 * index->size() + 8);
+    values->resize(index->size());
+  }
+}
 #endif
 
 inline void zero(float* x, int64_t n) {

@@ -27,6 +27,11 @@ def test_hylo_matches_uncompressed_accuracy(tmp_path):
     assert plain['final_test_acc'] > 0.9, plain['epochs']
     assert abs(hylo['final_test_acc'] - plain['final_test_acc']) <= 0.01, \
         (hylo['epochs'], plain['epochs'])
+    # the CPU the process spent training (every thread), which the loopback benchmark
+    # compares: positive, and no more than its cores could give in the epoch's time
+    for epoch in plain['epochs'] + hylo['epochs']:
+        assert 0 < epoch['train_cpu'] <= epoch['train_time'] * (os.cpu_count() or 1) + 0.1, \
+            epoch
     stats = hylo['comm_stats']
     assert stats['push_bytes'] * 5 < stats['raw_bytes'], stats
     assert plain['comm_stats']['push_bytes'] == plain['comm_stats']['raw_bytes']

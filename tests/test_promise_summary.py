@@ -98,3 +98,19 @@ def test_report_merges_files_and_prints_the_matrix(tmp_path):
     assert twice.returncode == 2 and 'also in' in twice.stderr
     alone = subprocess.run(cmd[:4] + ['--matrix'], capture_output=True, text=True, timeout=60)
     assert alone.returncode == 2 and 'form of --report' in alone.stderr
+
+
+def test_run_curve_sums_the_workers_training_cpu():
+    """A job's training CPU is its workers' (summed: each is one process's); absent when a
+    worker did not record it (results made before it was)."""
+    import accuracy
+
+    def summary(cpu, acc=0.9):
+        epoch = {'test_acc': acc, 'wall_time': 5.0, 'epoch_time': 4.0, 'train_time': 3.0,
+                 'train_loss': 0.2}
+        if cpu is not None:
+            epoch['train_cpu'] = cpu
+        return {'epochs': [epoch]}
+    curve = accuracy.run_curve([summary(2.5), summary(3.0)])
+    assert curve[0]['train_cpu_s'] == 5.5 and curve[0]['train_s'] == 3.0
+    assert 'train_cpu_s' not in accuracy.run_curve([summary(2.5), summary(None)])[0]

@@ -77,10 +77,7 @@ __attribute__((target("avx2,popcnt"))) static int64_t select_avx2(
     __m256i at = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(start)), lanes);
     int64_t j = start;
     for (; j + 8 <= end; j += 8) {
-      if (count + 8 > static_cast<int64_t>(index->size())) {
-        index->resize(2 * index->size() + 8);
-        h->resize(index->size());
-      }
+      room_for_eight(index, h, count);
       const __m256 g = _mm256_loadu_ps(grad + j);
       const __m256 acc = _mm256_add_ps(g, _mm256_loadu_ps(residual + j));
       const __m256 sum = _mm256_add_ps(acc, g);
@@ -102,10 +99,7 @@ __attribute__((target("avx2,popcnt"))) static int64_t select_avx2(
       const float sum = acc + g;
       residual[j] = acc;
       if (!(top > 0.0f && std::fabs(sum) >= top)) continue;
-      if (count + 8 > static_cast<int64_t>(index->size())) {
-        index->resize(2 * index->size() + 8);
-        h->resize(index->size());
-      }
+      room_for_eight(index, h, count);
       (*index)[count] = static_cast<int32_t>(j);
       (*h)[count++] = sum;
     }

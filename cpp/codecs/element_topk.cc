@@ -76,10 +76,7 @@ __attribute__((target("avx2,popcnt"))) static int64_t collect_avx2(
   __m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   int64_t count = 0, i = 0;
   for (; i + 8 <= n; i += 8) {
-    if (count + 8 > static_cast<int64_t>(index->size())) {
-      index->resize(2 * index->size() + 8);
-      acc->resize(index->size());
-    }
+    room_for_eight(index, acc, count);
     const __m256 sum = _mm256_add_ps(_mm256_loadu_ps(grad + i), _mm256_loadu_ps(residual + i));
     const __m256i over = _mm256_cmpgt_epi32(
         _mm256_and_si256(_mm256_castps_si256(sum), magnitude), below);
@@ -94,10 +91,7 @@ __attribute__((target("avx2,popcnt"))) static int64_t collect_avx2(
   for (; i < n; ++i) {
     const float a = grad[i] + residual[i];
     if (magnitude_bits(a) < floor) continue;
-    if (count + 1 > static_cast<int64_t>(index->size())) {
-      index->resize(2 * index->size() + 8);
-      acc->resize(index->size());
-    }
+    room_for_eight(index, acc, count);
     (*index)[count] = static_cast<int32_t>(i);
     (*acc)[count++] = a;
   }

@@ -105,6 +105,7 @@ def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
         metric, losses = mx.metric.Accuracy(), []
         progress = Progress(data.batches_per_epoch)
         t_epoch = t_interval = time.time()
+        cpu_epoch = time.process_time()     # this process, every thread: the engine's too
         seen = seen_interval = 0
         at_epoch = at_interval = traffic.snapshot()
         first_step = traffic.steps
@@ -155,6 +156,7 @@ def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
         sync_aux_params(net)
         steps = traffic.steps - first_step
         train_time = time.time() - t_epoch
+        train_cpu = time.process_time() - cpu_epoch
         rates = Traffic.per_step(at_epoch, traffic.snapshot(), steps)
         t_eval = time.time()
         top1, top5_acc = evaluate(net, data.eval_batches(), ctxs, top5)
@@ -163,6 +165,7 @@ def train(net, trainer, kv, data, args, log, ctxs, start_epoch=0, history=None,
                   'train_acc': metric.get()[1], 'test_acc': top1,
                   'samples_per_sec': seen / train_time, 'steps': steps,
                   'lr': trainer.learning_rate, 'train_time': train_time,
+                  'train_cpu': train_cpu,
                   'eval_time': eval_time, 'epoch_time': time.time() - t_epoch,
                   'void_steps': [s for s in void_steps if s >= first_step],
                   'wall_time': time.time() - t_start,
