@@ -156,10 +156,12 @@ static void keep_largest(std::vector<AdacompCandidate>* sent, int64_t capacity) 
     keys[c] = (static_cast<uint64_t>(bits) << 32) | (0xffffffffu - static_cast<uint32_t>(c));
   }
   std::nth_element(keys.begin(), keys.begin() + capacity, keys.end(), std::greater<uint64_t>());
-  std::vector<uint32_t> kept(static_cast<size_t>(capacity));
-  for (int64_t e = 0; e < capacity; ++e) kept[e] = 0xffffffffu - static_cast<uint32_t>(keys[e]);
-  std::sort(kept.begin(), kept.end());
-  for (int64_t e = 0; e < capacity; ++e) chosen[e] = (*sent)[kept[e]];
+  // Marked by position and read back in order: index order without a sort.
+  std::vector<uint8_t> kept(count, 0);
+  for (int64_t e = 0; e < capacity; ++e) kept[0xffffffffu - static_cast<uint32_t>(keys[e])] = 1;
+  size_t at = 0;
+  for (size_t c = 0; c < count; ++c)
+    if (kept[c]) chosen[at++] = (*sent)[c];
   sent->swap(chosen);
 }
 
