@@ -799,7 +799,7 @@ def _step_profile_words():
         '(`cpp/ops/momentum.cc`): %.2fx and %.2fx over `dist_sync`\'s with them '
         '(`%s`), against %.2fx and %.2fx with the operators. Their encoders\' selection '
         'was then made 2-4 times faster (a sampled floor for top-k instead of a counting '
-        'pass, AVX2 selection for both: 1.4 and 1.8 ms at 10^6 elements against 2.9 and '
+        'pass, AVX2 selection for both: 1.4 and 1.5 ms at 10^6 elements against 2.9 and '
         '3.4 in the codec class table), and their step is the rows above, no lower within '
         'the seeds\' spread: the encoder was a small part of the extra. A whole-job `perf` '
         '(every process, the steady epochs; printed) put top-k\'s job at about 25%% more '
