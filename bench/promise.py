@@ -116,9 +116,6 @@ def run_one(args, spec, model, workers, schedule, seed, job_dir):
     run = {'spec': label, 'kvstore': kvstore, 'compression_params': params, 'model': model,
            'workers': workers, 'servers': args.servers, 'schedule': schedule, 'seed': seed,
            'exit_code': code, 'job_s': seconds,
-           # CPU seconds of every node of the job (user + system), the start-up included
-           # (the training's alone: the runs' train_cpu_s)
-           'job_cpu_s': ours,
            'others_cpu_share': max(0.0, busy - ours) / (seconds * (os.cpu_count() or 1))}
     summaries = cluster.worker_results(code, run, log, out_dir, workers)
     if summaries is None:

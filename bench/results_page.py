@@ -765,6 +765,19 @@ def section_step_schemes():
 
 
 SCHEME_PROFILE = 'step_profile_4w_cnn512_other_schemes.json'
+CODEC_TIMES_FILE = 'codec_times.json'
+# The worker's seconds a step at 10^6 elements of top-k's and AdaComp's codecs before
+# their selection was vectorised: the codec class table as it was then (codec_times.json
+# in git at 875c43a)
+SELECTION_BEFORE_S = {'ElementTopKCodec': 0.002931, 'AdaCompCodec[bin=500]': 0.003412}
+
+
+def _codec_worker_ms(klass, elements=1000000):
+    """The worker's milliseconds a step of codec class ``klass`` at ``elements`` in the
+    codec class table (a row it measured)."""
+    rows = load(CODEC_TIMES_FILE)['codecs'][klass]
+    return 1e3 * next(worker for n, worker, _ in rows if n == elements)
+
 
 
 def _step_profile_words():
@@ -799,8 +812,9 @@ def _step_profile_words():
         '(`cpp/ops/momentum.cc`): %.2fx and %.2fx over `dist_sync`\'s with them '
         '(`%s`), against %.2fx and %.2fx with the operators. Their encoders\' selection '
         'was then made 2-4 times faster (a sampled floor for top-k instead of a counting '
-        'pass, AVX2 selection for both: 1.4 and 1.5 ms at 10^6 elements against 2.9 and '
-        '3.4 in the codec class table), and their step is the rows above, no lower within '
+        'pass, AVX2 selection for both: %.1f and %.1f ms at 10^6 elements against %.1f and '
+        '%.1f before, the codec class table `%s` then and now), and their step is the rows '
+        'above, no lower within '
         'the seeds\' spread: the encoder was a small part of the extra. A whole-job `perf` '
         '(every process, the steady epochs; printed) put top-k\'s job at about 25%% more '
         'CPU than `dist_sync`\'s, spread over the plugin\'s operators (a quarter of the '
@@ -829,6 +843,9 @@ def _step_profile_words():
            _mean_ratio(SCHEME_STEP_MOMENTUM, 'dist_sync_adacomp'), SCHEME_STEP_MOMENTUM,
            _mean_ratio(SCHEME_STEP_TOPK_BEFORE, 'dist_sync_topk'),
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_adacomp'),
+           _codec_worker_ms('ElementTopKCodec'), _codec_worker_ms('AdaCompCodec[bin=500]'),
+           1e3 * SELECTION_BEFORE_S['ElementTopKCodec'],
+           1e3 * SELECTION_BEFORE_S['AdaCompCodec[bin=500]'], CODEC_TIMES_FILE,
            role('dist_sync_dad', 'worker'), role('dist_sync', 'worker'),
            role('dist_sync_dad', 'server'), role('dist_sync', 'server'),
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_dad'),
@@ -848,13 +865,11 @@ def section_step_cpu():
     """What each scheme's step costs the workers in CPU over dist_sync's, paired by seed,
     beside the wall ratio."""
     data = load(SCHEME_STEP_CPU)
-    runs = [r for r in data['runs'] if not r.get('error') and 'train_cpu_s' in r]
-    base = {r['seed']: r for r in runs if r['spec'] == 'dist_sync'}
-    rows = []
+    runs = [r for r in data['runs'] if not r.get('error')]
+    rows, spread = [], []
     for spec in dict.fromkeys(r['spec'] for r in runs):
-        pairs = [(r, base[r['seed']]) for r in runs if r['spec'] == spec and r['seed'] in base]
-        if not pairs:
-            continue
+        rs, base = _paired_runs(SCHEME_STEP_CPU, spec)
+        pairs = [(r, base[r['seed']]) for r in rs]
         cpu_ms = [1e3 * r['train_cpu_s'] / r['steps'] for r, _ in pairs]
         extra = [1e3 * (r['train_cpu_s'] - b['train_cpu_s']) / b['steps'] for r, b in pairs]
         cpu_ratio = [r['train_cpu_s'] / b['train_cpu_s'] for r, b in pairs]
@@ -862,17 +877,14 @@ def section_step_cpu():
         rows.append(['`%s`' % spec, len(pairs), pm(promise.mean_std(cpu_ms), '%.1f'),
                      pm(promise.mean_std(extra), '%+.1f'),
                      pm(promise.mean_std(cpu_ratio), '%.3f'), pm(promise.mean_std(wall), '%.3f')])
+        if spec != 'dist_sync':
+            spread.append(statistics.stdev(cpu_ratio) / statistics.stdev(wall))
     cfg = data['config']
     steps = next(iter(base.values()))['steps']
     base_ms = sorted(1e3 * r['train_cpu_s'] / r['steps'] for r in base.values())
-    spread = [(statistics.stdev([r['train_cpu_s'] / base[r['seed']]['train_cpu_s']
-                                 for r in runs if r['spec'] == spec and r['seed'] in base]),
-               statistics.stdev([r['train_s'] / base[r['seed']]['train_s']
-                                 for r in runs if r['spec'] == spec and r['seed'] in base]))
-              for spec in dict.fromkeys(r['spec'] for r in runs) if spec != 'dist_sync']
     return '\n\n'.join([
-        '**The same steps counted in CPU.** The schemes that miss their target (and Hylo, at '
-        'its limit), run again beside `dist_sync` (%s at %d workers, %s; seeds %s, '
+        '**The same steps counted in CPU.** The schemes that miss their target (and Hylo, '
+        'near its), run again beside `dist_sync` (%s at %d workers, %s; seeds %s, '
         'interleaved seed by seed), with each worker\'s CPU while it trained recorded '
         '(`time.process_time`, every thread of the process: the engine\'s operators, the '
         'plugin\'s, Python). The workers\' CPU a step is their sum over the run\'s %d '
@@ -889,7 +901,7 @@ def section_step_cpu():
         % (cfg['models'][0], cfg['workers'][0], setup_words(cfg),
            seeds({r['seed'] for r in runs}), steps,
            statistics.mean(r['train_cpu_s'] / r['train_s'] for r in base.values()),
-           data['machine']['cpus'], statistics.median(c / w for c, w in spread),
+           data['machine']['cpus'], statistics.median(spread),
            base_ms[0], base_ms[-1]),
         table(['kvstore', 'seeds', 'workers\' CPU a step (ms)', 'over `dist_sync`\'s (ms)',
                'CPU ratio', 'wall ratio'], rows,
