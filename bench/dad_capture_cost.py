@@ -3,15 +3,16 @@ forward and backward pass of a Gluon network with and without ``kvstore_ext.dad.
 no kvstore.
 
 Why: ``dist_sync_dad`` on loopback used about the CPU of ``dist_sync`` and still took
-longer a step, so the question is where the worker waits. The capture is a Python
-``CustomOp`` between each Dense layer's FullyConnected and its activation: MXNet runs it
-on its custom-operator thread, which takes the GIL, in every forward and every backward
-pass, and the operators after it wait meanwhile.
+longer a step, so the question is where the worker waits. The capture sits between each
+Dense layer's FullyConnected and its activation, either as a Python ``CustomOp`` (MXNet
+runs it on its custom-operator thread, which takes the GIL, in every forward and every
+backward pass, and the operators after it wait meanwhile) or as the plugin's operator
+``kvx_dad_capture`` (``attach(capture=...)``).
 
-Two copies of the same network (same weights, same batch) are timed in turn, block after
-block: the plain one, then the attached one, each block ``steps`` passes ending in a
-``waitall``; the ratio is the median over blocks of the ratio within a block, so a change
-of machine load between blocks cancels. Also per pass (median over blocks): the forward
+Three copies of the same network (same weights, same batch) are timed in turn, block
+after block: the plain one, then the one attached with each capture, each block
+``steps`` passes ending in a ``waitall``; a ratio is the median over blocks of the ratio
+within a block, so a change of machine load between blocks cancels. Also per pass (median over blocks): the forward
 alone and when the first attached Dense layer's weight gradient is ready after the
 backward starts (what ``dist_sync_dad``'s step waits for before it can send that layer).
 
@@ -32,14 +33,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'gluon_scripts'))
 
 
-def build(model, mx, attach, seed):
+CAPTURES = ('python', 'plugin')
+
+
+def build(model, mx, capture, seed):
     import train_mnist
     import kvstore_ext.dad as dad
     mx.random.seed(seed)
     net = train_mnist.build_net(model)
     net.initialize(mx.init.Xavier())
-    if attach:
-        dad.attach(net)
+    if capture:
+        dad.attach(net, capture=capture)
     net.hybridize(static_alloc=True, static_shape=True)
     return net
 
@@ -80,7 +84,8 @@ def main():
     x = mx.nd.array(rng.random((args.batch, 1, 28, 28), dtype=np.float32))
     y = mx.nd.array(rng.integers(0, 10, args.batch))
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    nets = {'plain': build(args.model, mx, False, 1), 'attached': build(args.model, mx, True, 1)}
+    nets = {'plain': build(args.model, mx, None, 1)}
+    nets.update((capture, build(args.model, mx, capture, 1)) for capture in CAPTURES)
     dense = {}
     for name, net in nets.items():
         net(x).wait_to_read()                       # shapes known, graphs built
@@ -93,9 +98,11 @@ def main():
                                           dense[name]))
     for name in blocks:
         del blocks[name][0]
-    ratio = statistics.median(a[0] / p[0] for p, a in zip(blocks['plain'], blocks['attached']))
+    ratios = {capture: statistics.median(a[0] / p[0] for p, a in zip(blocks['plain'],
+                                                                     blocks[capture]))
+              for capture in CAPTURES}
     result = {'model': args.model, 'batch': args.batch, 'blocks': args.blocks,
-              'steps': args.steps, 'ratio': ratio,
+              'steps': args.steps, 'ratios': ratios,
               'machine': {'platform': platform.platform(), 'cpus': os.cpu_count(),
                           'omp_num_threads': os.environ.get('OMP_NUM_THREADS')}}
     for name, rows in blocks.items():
@@ -108,8 +115,9 @@ def main():
         print('%-9s pass %.2f ms (forward %.2f, first Dense weight gradient ready %.2f ms '
               'into the backward)' % (name, r['pass_ms'], r['forward_ms'],
                                       r['dense_grad_ready_ms']))
-    print('attached / plain: %.3f (median over %d blocks of %d passes)'
-          % (ratio, args.blocks, args.steps))
+    for capture in CAPTURES:
+        print('%s capture / plain: %.3f (median over %d blocks of %d passes)'
+              % (capture, ratios[capture], args.blocks, args.steps))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(result, f, indent=1)

@@ -92,4 +92,13 @@ KVX_API int kvx_twobit_encode(const float* grad, float* residual, int64_t n,
 KVX_API int kvx_twobit_decode(const uint32_t* words, int64_t n, double threshold,
                               float* out);
 
+/* ---- dAD's captured rows (cpp/ops/dad.cc, kvstore_ext/dad.py) ----
+ * kvx_dad_capture's backward appends (A, D) rows to its layer's pending rows.
+ * kvx_dad_pending: their count, and the widths of A and D.  kvx_dad_copy: the first
+ * `rows` of them into a (rows x in) and d (rows x out), removed if `take` (rows added
+ * since stay); kBadParam if fewer are pending.  kvx_dad_forget drops a layer's rows. */
+KVX_API int64_t kvx_dad_pending(int64_t layer, int64_t* in, int64_t* out);
+KVX_API int kvx_dad_copy(int64_t layer, int64_t rows, int take, float* a, float* d);
+KVX_API void kvx_dad_forget(int64_t layer);
+
 #endif /* KVX_CAPI_H_ */

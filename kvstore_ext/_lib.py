@@ -72,6 +72,36 @@ def _register(path):
             setattr(ndarray_module, name, OPS[name])
 
 
+_SYMBOL_OPS = {}
+
+
+def symbol_op(name):
+    """The ``mxnet.symbol`` function of plugin operator ``name``, made on first use (for
+    an operator that runs inside hybridized graphs: ``kvx_dad_capture``)."""
+    if name not in _SYMBOL_OPS:
+        import ctypes
+        from mxnet.base import _LIB, check_call, c_str, OpHandle
+        from mxnet.symbol.register import _make_symbol_function
+        load()
+        handle = OpHandle()
+        check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
+        _SYMBOL_OPS[name] = _make_symbol_function(handle, name, name)
+    return _SYMBOL_OPS[name]
+
+
+_capi = None
+
+
+def capi():
+    """The plugin's C interface (cpp/capi.h) through ctypes: the library MXNet loaded,
+    so its state (dAD's captured rows) is the operators' own."""
+    global _capi
+    if _capi is None:
+        import ctypes
+        _capi = ctypes.CDLL(load())
+    return _capi
+
+
 TEST_LIBRARY_NAME = 'libkvx_test_ops.so'
 _test_loaded = None
 

@@ -158,6 +158,7 @@ def captured_product(layer):
     return ref.dad_gradient(a, d), a, d
 
 
+@pytest.mark.parametrize('capture', ['plugin', 'python'])
 @pytest.mark.parametrize('flatten, activation, use_bias, hybrid, devices, passes', [
     (True, 'relu', True, False, 1, 1),
     (True, None, False, True, 1, 1),
@@ -165,7 +166,7 @@ def captured_product(layer):
     (True, 'sigmoid', True, False, 2, 2),       # grad_req='add': rows of both passes
 ])
 def test_capture_multiplies_to_the_gradient(flatten, activation, use_bias, hybrid, devices,
-                                            passes):
+                                            passes, capture):
     ctxs = [mx.cpu(i) for i in range(devices)]
     net = nn.HybridSequential()
     net.add(nn.Dense(12, activation='relu', flatten=flatten),
@@ -173,7 +174,8 @@ def test_capture_multiplies_to_the_gradient(flatten, activation, use_bias, hybri
     net.initialize(mx.init.Xavier(), ctx=ctxs)
     if passes > 1:
         net.collect_params().setattr('grad_req', 'add')
-    layers = dad.attach(net)
+    layers = dad.attach(net, capture=capture)
+    assert all(layer.plugin == (capture == 'plugin') for layer in layers)
     if hybrid:
         net.hybridize(static_alloc=True, static_shape=True)
     rng = np.random.default_rng(0)
@@ -195,6 +197,70 @@ def test_capture_multiplies_to_the_gradient(flatten, activation, use_bias, hybri
     net(mx.nd.array(xs[0], ctx=ctxs[0])).wait_to_read()       # inference
     mx.nd.waitall()
     assert all(layer.take() is None for layer in layers)
+
+
+@pytest.mark.parametrize('capture', ['plugin', 'python'])
+@pytest.mark.parametrize('hybrid', [False, True])
+def test_capture_leaves_every_gradient_unchanged(capture, hybrid):
+    """Three Dense layers, the first on the data (whose gradient nobody asks for): with
+    the capture attached every parameter's gradient is the plain network's, so the zero
+    the capture gives A adds nothing to what FullyConnected gives it."""
+    def gradients(attached):
+        mx.random.seed(5)
+        net = nn.HybridSequential()
+        net.add(nn.Dense(9, activation='relu'), nn.Dense(6, activation='tanh'), nn.Dense(4))
+        net.initialize(mx.init.Xavier())
+        if attached:
+            dad.attach(net, capture=capture)
+        if hybrid:
+            net.hybridize()
+        x = mx.nd.array(np.random.default_rng(1).standard_normal((7, 5)).astype(f32))
+        run_net(net, [x.asnumpy()], [mx.cpu()])
+        grads = [p.grad().asnumpy() for p in net.collect_params().values()]
+        dad.detach(net)
+        return grads
+    for plain, captured in zip(gradients(False), gradients(True)):
+        assert np.array_equal(plain, captured)
+
+
+def test_capture_choice(monkeypatch):
+    """'auto' takes the plugin's operator on a CPU-only process, the Python one when
+    MXNet would ask the capture to add to A's gradient; a wrong name is refused."""
+    net = nn.HybridSequential()
+    net.add(nn.Dense(4))
+    net.initialize()
+    assert mx.context.num_gpus() == 0
+    assert dad.attach(net)[0].plugin
+    dad.detach(net)
+    monkeypatch.setenv('MXNET_EXEC_ENABLE_ADDTO', '1')
+    assert not dad.attach(net)[0].plugin
+    dad.detach(net)
+    with pytest.raises(ValueError, match='capture'):
+        dad.attach(net, capture='cuda')
+
+
+def test_plugin_capture_refuses_other_dtypes():
+    """The plugin's capture is float32: a float64 network fails with the op's name
+    instead of recording garbage (capture='python' takes any dtype)."""
+    net = nn.HybridSequential()
+    net.add(nn.Dense(3))
+    net.initialize()
+    net.cast('float64')
+    dad.attach(net, capture='plugin')
+    x = mx.nd.ones((2, 5), dtype='float64')
+    with pytest.raises(mx.MXNetError, match='kvx_dad_capture'):
+        with autograd.record():
+            y = net(x)
+        y.backward()
+        mx.nd.waitall()
+    dad.detach(net)
+    layer = dad.attach(net, capture='python')[0]
+    with autograd.record():
+        y = net(x)
+    y.backward()
+    mx.nd.waitall()
+    a, d = layer.take()
+    close(ref.dad_gradient(a, d), net[0].weight.grad().asnumpy(), 1e-6)
 
 
 def test_attach_is_idempotent_and_detach_restores():
@@ -319,8 +385,7 @@ def trainer_run(params, steps=3, hybrid=False, devices=2, seed=3):
         run_net(net, [dad_job.batch(0, step, i) for i in range(devices)], ctxs)
         own = {n: sum(g.asnumpy() for g in p.list_grad())
                for n, p in net.collect_params().items()}
-        rows = {l.block.weight.name: [(a.asnumpy(), d.asnumpy()) for a, d in l._pending]
-                for l in layers}
+        rows = {l.block.weight.name: l.peek() for l in layers}
         trainer.allreduce_grads()
         got = {n: p.list_grad()[0].asnumpy() for n, p in net.collect_params().items()}
         history.append({n: (own[n], got[n], rows.get(n)) for n in own})
@@ -359,8 +424,7 @@ def test_rank_dad_matches_reference(method):
     for record in history:
         for name in dense:
             own, got, rows = record[name]
-            a = np.concatenate([x for x, _ in rows])
-            d = np.concatenate([y for _, y in rows])
+            a, d = rows
             u, v = ref.rank_dad(a, d, 3, 2)
             want = ref.outer_decode(ref.outer_encode(u, v, 3)[0], u.shape[1] * v.shape[1])[0]
             if method == 'rankdad':         # the server factorises the sum once more
@@ -709,10 +773,6 @@ def rank_dad_reference(method, steps_rows, shape, rank=3, iterations=1, tol=0.0,
     return sums, np.concatenate(worker), np.concatenate(server)
 
 
-def _rows_of(record):
-    return (np.concatenate([x for x, _ in record]), np.concatenate([y for _, y in record]))
-
-
 def server_residual(kv, key):
     """The one-process transport's 'servers'' residual of ``key``, chunks in order."""
     parts = sorted((chunk, res.asnumpy()) for (k, chunk, _), res in
@@ -738,7 +798,7 @@ def test_error_feedback_matches_reference(method):
     keys = {layer.block.weight.name: key for key, layer in kv.scheme._bound.items()}
     for name in dense:
         key = keys[name]
-        steps_rows = [_rows_of(record[name][2]) for record in history]
+        steps_rows = [record[name][2] for record in history]
         shape = history[0][name][0].shape
         sums, worker, server = rank_dad_reference(method, steps_rows, shape)
         plain, _, _ = rank_dad_reference(method, steps_rows, shape, feedback=False)
@@ -772,9 +832,9 @@ def test_error_feedback_residual_changes_each_step():
     for step in range(3):
         run_net(net, [rng.standard_normal((5, 60)).astype(f32)], [mx.cpu()])
         mx.nd.waitall()                            # the capture has run
-        rows = [(a.asnumpy(), d.asnumpy()) for a, d in layer._pending]
+        rows = layer.peek()
         kv.pushpull(0, net.weight.grad())
-        u, v, new = ref.rank_dad_ef(*_rows_of(rows), residual, 2, 1, tol=1e-3)
+        u, v, new = ref.rank_dad_ef(*rows, residual, 2, 1, tol=1e-3)
         got = kv.key_state(0).residual
         close(got, new, 1e-5)
         assert np.abs(new - residual).max() > 0.1 * np.abs(new).max()
@@ -841,7 +901,7 @@ def test_error_feedback_void_step(method, chunk_size, void_at):
         kv._transport.voiding = step == 3 and method == 'oneway'   # another worker's NaN
         run_net(net, [x], [mx.cpu()])
         mx.nd.waitall()                            # the capture has run
-        rows = _rows_of([(a.asnumpy(), d.asnumpy()) for a, d in layer._pending])
+        rows = layer.peek()
         kv.pushpull(0, net.weight.grad())
         outs.append(net.weight.grad().asnumpy())
         residuals.append((kv.key_state(0).residual, server_residual(kv, 0)))

@@ -66,10 +66,10 @@ def main():
         for name, p in params:
             record['local/%s/%d' % (name, step)] = sum(g.asnumpy() for g in p.list_grad())
         for i, layer in enumerate(layers):
-            pending = list(layer._pending)          # peek: the kvstore takes them
-            if pending:
-                record['A/%d/%d' % (i, step)] = np.concatenate([a.asnumpy() for a, _ in pending])
-                record['D/%d/%d' % (i, step)] = np.concatenate([d.asnumpy() for _, d in pending])
+            layer.wait()                            # the capture has run
+            pending = layer.peek()                  # the kvstore takes them
+            if pending is not None:
+                record['A/%d/%d' % (i, step)], record['D/%d/%d' % (i, step)] = pending
         trainer.allreduce_grads()
         for name, p in params:
             record['sum/%s/%d' % (name, step)] = p.list_grad()[1].asnumpy()
