@@ -4,9 +4,9 @@
 the product rounded before the sum, as MXNet's two operators computed it.
 ``kvx_zero_rows(sent, x; rows)``: x (rows of x.size / rows elements) zeroed in place on
 the rows ``sent`` names; an index outside [0, rows) (a payload's padding) names nothing.
-``kvx_momentum_deliver(total, previous; momentum) -> (delivered, out)``: ``where(total
-== total, total, previous)`` and ``total - m * previous``. Bad shapes, dtypes and
-attributes are refused, naming the op.
+``kvx_momentum_deliver(total, delivered; momentum) -> out``: ``total - m * delivered``,
+then ``delivered`` becomes ``where(total == total, total, delivered)`` in place; ``out``
+may be ``total`` itself. Bad shapes, dtypes and attributes are refused, naming the op.
 """
 import numpy as np
 import pytest
@@ -62,13 +62,18 @@ def test_deliver_is_numpys(ops, m):
     total, previous = make((2000,), 'mixed', 4), make((2000,), 'randn', 5)
     total[[0, 17, 1999]] = np.nan
     total[5] = np.inf
-    delivered, out = [a.asnumpy() for a in ops.kvx_momentum_deliver(
-        nd(total), nd(previous), momentum=m)]
+    kept = nd(previous)
+    out = ops.kvx_momentum_deliver(nd(total), kept, momentum=m).asnumpy()
+    delivered = kept.asnumpy()
     assert same_bits(delivered, np.where(total == total, total, previous))
     assert same_bits(out, total - (previous * f32(m)).astype(f32))
     t, p = nd(total), nd(previous)
     assert same_bits(out, (t - m * p).asnumpy())        # what the wrapper ran before
     assert same_bits(delivered, mx.nd.where(t == t, t, p).asnumpy())
+    # the sum written over total (the store's output), the same bits
+    into, kept = nd(total), nd(previous)
+    ops.kvx_momentum_deliver(into, kept, momentum=m, out=into).wait_to_read()
+    assert same_bits(into.asnumpy(), out) and same_bits(kept.asnumpy(), delivered)
 
 
 def test_shapes_and_attributes_are_checked(ops):

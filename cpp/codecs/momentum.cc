@@ -18,13 +18,13 @@ void zero_rows(const int64_t* sent, int64_t count, int64_t rows, int64_t row_siz
     if (sent[j] >= 0 && sent[j] < rows) zero(x + sent[j] * row_size, row_size);
 }
 
-KVX_HOT void momentum_deliver(const float* total, const float* previous, int64_t n, float m,
-                              float* delivered, float* out) {
+KVX_HOT void momentum_deliver(const float* total, float* delivered, int64_t n, float m,
+                              float* out) {
   for (int64_t i = 0; i < n; ++i) {
-    const float t = total[i];
-    delivered[i] = t == t ? t : previous[i];
-    const float carried = m * previous[i];
+    const float t = total[i], previous = delivered[i];
+    const float carried = m * previous;
     out[i] = t - carried;
+    delivered[i] = t == t ? t : previous;
   }
 }
 

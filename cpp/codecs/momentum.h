@@ -19,10 +19,9 @@ void momentum_velocity(const float* velocity, const float* grad, int64_t n, floa
 // set to 0; an index outside [0, rows) names nothing (a codec's "nothing sent" is rows).
 void zero_rows(const int64_t* sent, int64_t count, int64_t rows, int64_t row_size, float* x);
 
-// After a round: delivered = total where total is not NaN, else previous (a void round's
-// NaN keeps the last delivered sum), and out = total - m * previous.
-void momentum_deliver(const float* total, const float* previous, int64_t n, float m,
-                      float* delivered, float* out);
+// After a round: out = total - m * delivered, then delivered = total where total is not
+// NaN (a void round's NaN keeps the last delivered sum).  `out` may be `total`.
+void momentum_deliver(const float* total, float* delivered, int64_t n, float m, float* out);
 
 }  // namespace kvx
 

@@ -6,9 +6,9 @@
 //   kvx_zero_rows(sent i64[k], x*; rows)  -> f32[1], zero: x, as rows of x.size / rows
 //                         elements, gets 0 on the rows `sent` names (an index outside
 //                         [0, rows) names nothing); k reads and writes of a row, no pass
-//   kvx_momentum_deliver(total, previous; momentum) -> delivered, out (f32 of total's
-//                         shape): delivered = total, or previous where total is NaN;
-//                         out = total - momentum * previous
+//   kvx_momentum_deliver(total, delivered*; momentum) -> out (f32 of total's shape):
+//                         out = total - momentum * delivered, then delivered = total,
+//                         or as it was where total is NaN (out may be given as total)
 //
 // `*` marks an input updated in place (setMutateInputs).
 #include <stdexcept>
@@ -86,17 +86,17 @@ struct ZeroRows : OpSpec {
 
 struct MomentumDeliver : OpSpec {
   static constexpr const char* name = "kvx_momentum_deliver";
-  static constexpr const char* inputs[] = {"total", "previous"};
-  static constexpr int outputs = 2;
+  static constexpr const char* inputs[] = {"total", "delivered"};
+  static constexpr int outputs = 1;
+  static constexpr bool updates_second = true;
   using Params = MomentumParams;
   static bool shape(const Params&, const Shapes& in, Shapes* out) {
     (*out)[0] = in[0];
-    (*out)[1] = in[0];
-    return paired(name, in, "total", "previous");
+    return paired(name, in, "total", "delivered");
   }
   static void forward(const Params& p, Tensors& in, Tensors& out) {
     kvx::momentum_deliver(f32(in[0]), f32(in[1]), in[0].size(),
-                          static_cast<float>(p.momentum), f32(out[0]), f32(out[1]));
+                          static_cast<float>(p.momentum), f32(out[0]));
   }
 };
 

@@ -1448,11 +1448,15 @@ void test_momentum_correction() {
   const int64_t sent[] = {3, -1, 4, 1, 1};
   kvx::zero_rows(sent, 5, 4, 2, x.data());
   CHECK(same_bits(x, Floats({1, 2, 0, 0, 5, 6, 0, 0})));
-  Floats total = {1, kNaN, -2, kInf}, previous = {5, 6, 7, 8}, delivered(4), out(4);
-  kvx::momentum_deliver(total.data(), previous.data(), 4, 0.5f, delivered.data(), out.data());
+  Floats total = {1, kNaN, -2, kInf}, delivered = {5, 6, 7, 8}, out(4);
+  kvx::momentum_deliver(total.data(), delivered.data(), 4, 0.5f, out.data());
   CHECK(same_bits(delivered, Floats({1, 6, -2, kInf})));
   CHECK(bits_of(out[0]) == bits_of(-1.5f) && std::isnan(out[1]) && out[2] == -5.5f &&
         out[3] == kInf);
+  // out written over total (the step's sum goes straight into the store's output)
+  Floats total2 = {1, kNaN, -2, kInf}, delivered2 = {5, 6, 7, 8};
+  kvx::momentum_deliver(total2.data(), delivered2.data(), 4, 0.5f, total2.data());
+  CHECK(same_bits(delivered2, delivered) && same_bits(total2, out));
 }
 
 void test_element_topk_nonfinite() {

@@ -120,6 +120,7 @@ class MomentumCorrected(Codec):
     chunk_by_rows = property(lambda self: self.inner.chunk_by_rows)
     deferred_checks = property(lambda self: self.inner.deferred_checks)
     passthrough = False      # the velocity is this step's to keep: never MXNet's own
+    sums_into = True         # S - m S_prev goes straight into the output's part
 
     @property
     def local_state(self):
@@ -177,14 +178,16 @@ class MomentumCorrected(Codec):
                                 rows=self.chunk_layout()[0])
         state['velocity'] = velocity
         total = total.reshape(self.shape)
-        previous = state.get('delivered')
-        if previous is None:
-            previous = ndarray.zeros(self.shape, dtype=np.float32)
-        # a void round (a worker's NaN) is NaN everywhere: the step returns NaN, the
-        # optimizer skips it, and the previous S stays (no wait for the result)
-        delivered, out = op('kvx_momentum_deliver')(total, previous, momentum=self.momentum)
-        state['delivered'] = delivered
-        return out
+        delivered = state.get('delivered')
+        if delivered is None:
+            delivered = state['delivered'] = ndarray.zeros(self.shape, dtype=np.float32)
+        # out = S - m S_prev, and S becomes the delivered sum, in place (not local state:
+        # every worker has the same). A void round (a worker's NaN) is NaN everywhere:
+        # the step returns NaN, the optimizer skips it, and the previous S stays (no
+        # wait for the result). The sum goes straight into the store's output if given.
+        into = None if state.out is None else state.out.reshape(self.shape)
+        out = op('kvx_momentum_deliver')(total, delivered, momentum=self.momentum, out=into)
+        return out if state.out is None else state.out
 
     def describe(self):
         masking = ('' if self.masking is True else ', no masking' if self.masking is False
