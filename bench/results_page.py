@@ -668,9 +668,11 @@ def section_step_time():
 # 3%, float16 10%, the others 15%; each from the run that measured it with dist_sync.
 SCHEME_STEP_OTHERS = 'loopback_step_4w_cnn512_other_schemes.json'
 SCHEME_STEP_POWERSGD = 'loopback_step_4w_cnn512_powersgd_acc_op.json'  # today's worker
-# top-k and AdaComp with today's encoders (sampled floor, vectorised selection); before
-# them SCHEME_STEP_MOMENTUM (momentum correction as plugin ops), and before the momentum
-# ops top-k's radix-select run and AdaComp's in SCHEME_STEP_OTHERS
+# top-k and AdaComp with the momentum correction's delivery in place; before it
+# SCHEME_STEP_SELECT (today's encoders: sampled floor, vectorised selection), before them
+# SCHEME_STEP_MOMENTUM (momentum correction as plugin ops), and before the momentum ops
+# top-k's radix-select run and AdaComp's in SCHEME_STEP_OTHERS
+SCHEME_STEP_DELIVER = 'loopback_step_4w_cnn512_deliver_in_place.json'
 SCHEME_STEP_SELECT = 'loopback_step_4w_cnn512_vector_select.json'
 SCHEME_STEP_MOMENTUM = 'loopback_step_4w_cnn512_momentum_ops.json'
 SCHEME_STEP_TOPK_BEFORE = 'loopback_step_4w_cnn512_topk_radix_select.json'
@@ -703,7 +705,7 @@ SCHEME_STEP_TARGETS = [((SCHEME_STEP_HOST_READS, SCHEME_STEP_CPU), 'dist_sync_hy
     (SCHEME_STEP_OTHERS, 'dist_sync_' + name, 1.15)
     for name in ('lgreco', 'lgreco_hylo')] + [
     (SCHEME_STEP_DAD_PLUGIN, 'dist_sync_dad', 1.15)] + [
-    ((SCHEME_STEP_SELECT, SCHEME_STEP_CPU), 'dist_sync_' + name, 1.15)
+    (SCHEME_STEP_DELIVER, 'dist_sync_' + name, 1.15)
     for name in ('topk', 'adacomp')]
 
 
@@ -815,14 +817,20 @@ def _step_profile_words():
         '(`%s`), against %.2fx and %.2fx with the operators. Their encoders\' selection '
         'was then made 2-4 times faster (a sampled floor for top-k instead of a counting '
         'pass, AVX2 selection for both: %.1f and %.1f ms at 10^6 elements against %.1f and '
-        '%.1f before, the codec class table `%s` then and now), and their step is the rows '
-        'above, no lower within '
+        '%.1f before, the codec class table `%s` then and now), and their step was %.2fx '
+        'and %.2fx (`%s`), no lower within '
         'the seeds\' spread: the encoder was a small part of the extra. A whole-job `perf` '
         '(every process, the steady epochs; printed) put top-k\'s job at about 25%% more '
         'CPU than `dist_sync`\'s, spread over the plugin\'s operators (a quarter of the '
         'extra, the momentum correction\'s two passes now costing more than the encoder), '
         'MXNet\'s engine and operators, the kernel, Python and `libc` (a fifth each, '
-        'roughly). dAD\'s '
+        'roughly). The correction\'s delivery then went in place (the delivered sum updated '
+        'where it lies, `S - m S_prev` written straight into the store\'s output: two fresh '
+        'tensor-sized arrays and a copy fewer a step), and their step is the rows above, '
+        'again no lower within the seeds\' spread. Nor is the kernel\'s share fresh pages: '
+        'glibc\'s allocator told to keep freed memory (`MALLOC_MMAP_THRESHOLD_`, '
+        '`MALLOC_TRIM_THRESHOLD_` raised for every process, one job each, printed) took a '
+        'third of a top-k job\'s page faults away and none of its CPU. dAD\'s '
         'job used about the CPU of `dist_sync`\'s (its workers %.1f s against %.1f, its '
         'servers %.1f s against %.1f, same file): its step waits rather than computes. '
         'The worker builds its payload on the host from the rows it captured in the '
@@ -831,9 +839,9 @@ def _step_profile_words():
         'its ratio beyond the seeds\' spread: %.2fx, then %.2fx with its factors passed '
         'to the engine without a wait (`ops.host_array`), %.2fx with its gradient also '
         'checked on the host once ready (an engine op queued behind the rest of the '
-        'backward pass, and read), and the row above with Hylo\'s agreed filter set (its '
-        'fallback\'s conv layers) made without `ndarray.array` too (%.2fx and %.2fx in '
-        'the two runs since, `%s` and `%s`). What stayed was the capture: in one process '
+        'backward pass, and read), and %.2fx and %.2fx in two runs with Hylo\'s agreed '
+        'filter set (its fallback\'s conv layers) made without `ndarray.array` too (`%s`, '
+        '`%s`). What stayed was the capture: in one process '
         '(`bench/dad_capture_cost.py`, no kvstore) a forward and backward pass of %s took '
         '%.2f ms with it as a Python `CustomOp` against %.2f plain (%.2fx, the median of %d '
         'interleaved blocks): MXNet runs a `CustomOp` on its custom-operator thread under '
@@ -850,6 +858,8 @@ def _step_profile_words():
            _codec_worker_ms('ElementTopKCodec'), _codec_worker_ms('AdaCompCodec[bin=500]'),
            1e3 * SELECTION_BEFORE_S['ElementTopKCodec'],
            1e3 * SELECTION_BEFORE_S['AdaCompCodec[bin=500]'], CODEC_TIMES_FILE,
+           _mean_ratio(SCHEME_STEP_SELECT, 'dist_sync_topk'),
+           _mean_ratio(SCHEME_STEP_SELECT, 'dist_sync_adacomp'), SCHEME_STEP_SELECT,
            role('dist_sync_dad', 'worker'), role('dist_sync', 'worker'),
            role('dist_sync_dad', 'server'), role('dist_sync', 'server'),
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_dad'),
@@ -861,7 +871,7 @@ def _step_profile_words():
            capture['plain']['pass_ms'], capture['ratios']['python'], capture['blocks'],
            capture['plugin']['pass_ms'], capture['ratios']['plugin'])
         + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_MOMENTUM,
-                        SCHEME_STEP_TOPK_BEFORE,
+                        SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_SELECT,
                         SCHEME_STEP_OTHERS, SCHEME_STEP_DAD_FACTORS, SCHEME_STEP_DAD_CHECK,
                         DAD_CAPTURE))
 
