@@ -81,7 +81,6 @@ class OuterCodec(GatherCodec):
         stays zero); < 0 (rank-dAD's error feedback): ``-iterations`` iterations on the
         sum plus ``residual``, which keeps what the factors leave out
         (python/kvx_ref/dad.py ``server_reply``)."""
-        from mxnet import ndarray
         feedback = iterations < 0
         matrix = total.asnumpy().reshape((int(rows), -1)).astype(np.float64)
         if feedback:
@@ -90,7 +89,7 @@ class OuterCodec(GatherCodec):
         u, v = p.T.astype(np.float32), q.T.astype(np.float32)
         if feedback:
             left = matrix - u.T.astype(np.float64) @ v.astype(np.float64)
-            residual[:] = ndarray.array(left.reshape((-1,)), dtype=np.float32)
+            residual[:] = host_array(left.reshape((-1,)))
         payload, status = op('kvx_outer_encode')(host_array(u), host_array(v),
                                                  capacity=int(rank))
         check_encoded(status, 'aggregate', defer=False)
