@@ -26,6 +26,8 @@ traffic), 2e-7 of the largest value apart.
 """
 import numpy as np
 
+from .blas import single_threaded
+
 
 def start_vector(seed, out, inputs, component):
     v = np.random.default_rng([seed, out, inputs, component]).standard_normal(inputs)
@@ -58,6 +60,7 @@ def power_factors(times, times_t, out, inputs, rank, iterations, seed=0, tol=0.0
     return p, q
 
 
+@single_threaded
 def factors_of_product(a, d, rank, iterations, seed=0, tol=0.0):
     """Factors of ``M = D^T A`` (a: rows x in, d: rows x out). Without forming M while
     that is cheaper (``rows * (in + out) < in * out``: each product then costs
@@ -72,11 +75,13 @@ def factors_of_product(a, d, rank, iterations, seed=0, tol=0.0):
     return power_factors(m.dot, m.T.dot, out, inputs, rank, iterations, seed, tol)
 
 
+@single_threaded
 def factors_of_matrix(m, rank, iterations, seed=0, tol=0.0):
     m = np.asarray(m, np.float64)
     return power_factors(m.dot, m.T.dot, m.shape[0], m.shape[1], rank, iterations, seed, tol)
 
 
+@single_threaded
 def factors_with_residual(a, d, residual, rank, iterations, seed=0, tol=0.0):
     """rank-dAD with error feedback: (U = P^T: rank x out, V = Q^T: rank x in, the new
     residual: out x in), all float32, for ``M = D^T A + R`` (a: rows x in, d: rows x

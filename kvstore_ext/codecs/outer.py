@@ -49,6 +49,7 @@ import numpy as np
 
 from .base import GatherCodec, check_encoded
 from .. import lowrank
+from ..blas import single_threaded
 from ..errors import NonFiniteGradientError
 from ..ops import host_array, op
 from ..rounds import is_void
@@ -74,6 +75,7 @@ class OuterCodec(GatherCodec):
         return outer_payload_words(n, int(k), int(out))
 
     @staticmethod
+    @single_threaded
     def server_reencode(total, residual, rank, rows, iterations):
         """rankdad's reply: the summed gradient (rows x cols) factorised again to rank
         r by the workers' power iteration (seed 0, no early stop; lowrank.py), replied
@@ -168,6 +170,7 @@ class OuterCodec(GatherCodec):
             self._probe = (rng.integers(0, 2, self.cols) * 2.0 - 1.0).astype(np.float32)
         return self._probe
 
+    @single_threaded
     def check_gradient(self, grad, a, d):
         """Raise NonFiniteGradientError if the gradient (rows x cols, float32 NumPy)
         holds NaN or Inf; with ``check``, raise GradientMismatch unless it is ``d^T a``
