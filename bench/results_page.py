@@ -687,8 +687,10 @@ SCHEME_STEP_HOST_READS = 'loopback_step_4w_cnn512_host_reads.json'
 SCHEME_STEP_DAD_FACTORS = 'loopback_step_4w_cnn512_dad.json'
 SCHEME_STEP_DAD_CHECK = 'loopback_step_4w_cnn512_dad_host_check.json'
 DAD_CAPTURE = 'dad_capture_cost_cnn512.json'
-# dAD with its capture as the plugin's operator instead of a Python CustomOp
+# dAD with its capture as the plugin's operator instead of a Python CustomOp; then also
+# with NumPy's OpenBLAS held to one thread during its host linear algebra
 SCHEME_STEP_DAD_PLUGIN = 'loopback_step_4w_cnn512_dad_plugin_capture.json'
+SCHEME_STEP_DAD_BLAS = 'loopback_step_4w_cnn512_dad_one_blas_thread.json'
 THC_OPERATORS = 'operator_profile_cnn512_thc.json'
 # Every scheme that misses its loopback target, run again with the workers' CPU while they
 # trained recorded (train_cpu_s: time.process_time of each worker, every thread): the
@@ -704,7 +706,7 @@ SCHEME_STEP_TARGETS = [((SCHEME_STEP_HOST_READS, SCHEME_STEP_CPU), 'dist_sync_hy
     ((SCHEME_STEP_THC, SCHEME_STEP_CPU), 'dist_sync_thc', 1.15)] + [
     (SCHEME_STEP_OTHERS, 'dist_sync_' + name, 1.15)
     for name in ('lgreco', 'lgreco_hylo')] + [
-    (SCHEME_STEP_DAD_PLUGIN, 'dist_sync_dad', 1.15)] + [
+    (SCHEME_STEP_DAD_BLAS, 'dist_sync_dad', 1.15)] + [
     (SCHEME_STEP_DELIVER, 'dist_sync_' + name, 1.15)
     for name in ('topk', 'adacomp')]
 
@@ -847,7 +849,12 @@ def _step_profile_words():
         'interleaved blocks): MXNet runs a `CustomOp` on its custom-operator thread under '
         'the GIL in every pass, and the operators after it wait. As the plugin\'s operator '
         '(`kvx_dad_capture`, recording the rows from the engine\'s own thread) the pass '
-        'took %.2f ms (%.2fx), and dAD\'s row in the table above is measured with it.'
+        'took %.2f ms (%.2fx), and dAD\'s step %.2fx (`%s`). A whole-job `perf` then '
+        'found a fifth of the job\'s CPU in `sched_yield`: NumPy\'s OpenBLAS, woken in '
+        'every worker by the gradient check\'s matrix-vector product over the Dense '
+        'weight each step, spun its idle threads on the shared cores. Held to one thread '
+        'while the store\'s host linear algebra runs (`kvstore_ext/blas.py`), dAD\'s step '
+        'is the row above.'
         % (data['cores'], data['load_average_1min_before'], base, listed,
            load(THC_OPERATORS)['runs']['dist_sync_thc']['operator_ms_per_step'],
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_thc'),
@@ -869,7 +876,8 @@ def _step_profile_words():
            _mean_ratio(SCHEME_STEP_CPU, 'dist_sync_dad'), SCHEME_STEP_HOST_READS,
            SCHEME_STEP_CPU, capture['model'], capture['python']['pass_ms'],
            capture['plain']['pass_ms'], capture['ratios']['python'], capture['blocks'],
-           capture['plugin']['pass_ms'], capture['ratios']['plugin'])
+           capture['plugin']['pass_ms'], capture['ratios']['plugin'],
+           _mean_ratio(SCHEME_STEP_DAD_PLUGIN, 'dist_sync_dad'), SCHEME_STEP_DAD_PLUGIN)
         + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_MOMENTUM,
                         SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_SELECT,
                         SCHEME_STEP_OTHERS, SCHEME_STEP_DAD_FACTORS, SCHEME_STEP_DAD_CHECK,
