@@ -854,7 +854,10 @@ def _step_profile_words():
         'every worker by the gradient check\'s matrix-vector product over the Dense '
         'weight each step, spun its idle threads on the shared cores. Held to one thread '
         'while the store\'s host linear algebra runs (`kvstore_ext/blas.py`), dAD\'s step '
-        'is the row above.'
+        'is the row above, the same within the seeds\' spread: a yielding thread gives '
+        'the core to any runnable one, so the spinning had filled idle time. What is left '
+        'is the servers\' products (`U^T V` of every worker, about 5 ms a chunk a step for '
+        'cnn512\'s large layer at 4 workers, `dad_decode.json`), which the pulls wait for.'
         % (data['cores'], data['load_average_1min_before'], base, listed,
            load(THC_OPERATORS)['runs']['dist_sync_thc']['operator_ms_per_step'],
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_thc'),
@@ -881,7 +884,7 @@ def _step_profile_words():
         + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_MOMENTUM,
                         SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_SELECT,
                         SCHEME_STEP_OTHERS, SCHEME_STEP_DAD_FACTORS, SCHEME_STEP_DAD_CHECK,
-                        DAD_CAPTURE))
+                        DAD_CAPTURE, SCHEME_STEP_DAD_PLUGIN, 'dad_decode.json'))
 
 
 
