@@ -2,11 +2,13 @@
 
 Why: NumPy's bundled OpenBLAS hands a large product (dAD's gradient check, a
 matrix-vector product over a Dense weight, every step) to its worker threads, which
-then wait for the next one by spinning on ``sched_yield``. On a worker that shares its
-cores with MXNet's engine (and, on the 2-core test machines, with the other nodes),
-that spinning took about a fifth of a ``dist_sync_dad`` job's CPU (``perf``, printed).
-These products are small or memory-bound: one thread loses nothing. The limit is put
-back afterwards, so the user's own NumPy keeps its threads.
+then wait for the next one by spinning on ``sched_yield``: a fifth of a
+``dist_sync_dad`` job's CPU on the 2-core machines (``perf``, printed). A yielding
+thread gives way to any runnable one, so the step did not get faster there
+(docs/RESULTS.md), but the cores stayed busy for nothing: other programs, and a host's
+other jobs, could not have them. These products are small or memory-bound: one thread
+loses nothing. The limit is put back afterwards, so the user's own NumPy keeps its
+threads.
 
 Found through the libraries the process has loaded (``/proc/self/maps``): the
 OpenBLAS of NumPy's wheels lies beside NumPy and names its functions with a ``64_``
