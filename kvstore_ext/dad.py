@@ -24,10 +24,10 @@ gradient (the FullyConnected gives A its real one).
 The operator is the plugin's ``kvx_dad_capture`` (cpp/ops/dad.cc: the rows are kept in
 C++ until taken), or the same written as a Python ``CustomOp``: MXNet runs a CustomOp
 on its own thread under the GIL in every forward and backward and the graph waits for
-it, a cnn512 pass 1.11x a plain one (bench/dad_capture_cost.py). ``capture='auto'``
-takes the plugin's, which runs on CPU only, unless the process sees a GPU or
-``MXNET_EXEC_ENABLE_ADDTO=1`` (MXNet would then ask the capture to add to ``A``'s
-gradient, which the plugin's operator cannot be told).
+it: a cnn512 pass took 1.14x a plain one, 1.05x with the plugin's operator
+(bench/dad_capture_cost.py). ``capture='auto'`` takes the plugin's, which runs on CPU
+only, unless the process sees a GPU or ``MXNET_EXEC_ENABLE_ADDTO=1`` (MXNet would then
+ask the capture to add to ``A``'s gradient, which the plugin's operator cannot be told).
 
 Rows accumulate until the kvstore takes them at the layer's next push: several
 devices and several backward passes before a step (``grad_req='add'``) concatenate,
