@@ -850,7 +850,7 @@ def _step_profile_words():
         'the GIL in every pass, and the operators after it wait. As the plugin\'s operator '
         '(`kvx_dad_capture`, recording the rows from the engine\'s own thread) the pass '
         'took %.2f ms (%.2fx), and dAD\'s step %.2fx (`%s`). A whole-job `perf` then '
-        'found a fifth of the job\'s CPU in `sched_yield`: NumPy\'s OpenBLAS, woken in '
+        '(printed) found a fifth of the job\'s CPU in `sched_yield`: NumPy\'s OpenBLAS, woken in '
         'every worker by the gradient check\'s matrix-vector product over the Dense '
         'weight each step, spun its idle threads on the shared cores. Held to one thread '
         'while the store\'s host linear algebra runs (`kvstore_ext/blas.py`), dAD\'s step '

@@ -56,7 +56,7 @@ def _register(path):
     """Load the lib_api library at ``path`` into MXNet and make its new ``kvx_*``
     operators (into ``OPS`` and ``mxnet.ndarray``)."""
     import ctypes
-    from mxnet.base import _LIB, check_call, c_str, mx_uint, py_str, OpHandle
+    from mxnet.base import _LIB, check_call, c_str, mx_uint, py_str
     from mxnet.ndarray.register import _make_ndarray_function
     check_call(_LIB.MXLoadLib(c_str(path), mx_uint(0)))
     names = ctypes.POINTER(ctypes.c_char_p)()
@@ -66,9 +66,7 @@ def _register(path):
     for i in range(count.value):
         name = py_str(names[i])
         if name.startswith(OP_PREFIX) and name not in OPS:
-            handle = OpHandle()
-            check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
-            OPS[name] = _make_ndarray_function(handle, name, name)
+            OPS[name] = _make_ndarray_function(_op_handle(name), name, name)
             setattr(ndarray_module, name, OPS[name])
 
 
@@ -79,14 +77,19 @@ def symbol_op(name):
     """The ``mxnet.symbol`` function of plugin operator ``name``, made on first use (for
     an operator that runs inside hybridized graphs: ``kvx_dad_capture``)."""
     if name not in _SYMBOL_OPS:
-        import ctypes
-        from mxnet.base import _LIB, check_call, c_str, OpHandle
         from mxnet.symbol.register import _make_symbol_function
         load()
-        handle = OpHandle()
-        check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
-        _SYMBOL_OPS[name] = _make_symbol_function(handle, name, name)
+        _SYMBOL_OPS[name] = _make_symbol_function(_op_handle(name), name, name)
     return _SYMBOL_OPS[name]
+
+
+def _op_handle(name):
+    """MXNet's handle of the registered operator ``name``."""
+    import ctypes
+    from mxnet.base import _LIB, check_call, c_str, OpHandle
+    handle = OpHandle()
+    check_call(_LIB.NNGetOpHandle(c_str(name), ctypes.byref(handle)))
+    return handle
 
 
 _capi = None
