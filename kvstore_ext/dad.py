@@ -252,10 +252,15 @@ def _plugin_capture(capture):
     if capture not in CAPTURES:
         raise ValueError('kvstore_ext.dad.attach: capture=%r, expected one of %s'
                          % (capture, ', '.join(CAPTURES)))
+    add_to = os.environ.get('MXNET_EXEC_ENABLE_ADDTO', '0') == '1'
+    if capture == 'plugin' and add_to:
+        raise ValueError("kvstore_ext.dad.attach: capture='plugin' with "
+                         "MXNET_EXEC_ENABLE_ADDTO=1 would overwrite the gradient of each "
+                         "Dense layer's input (the plugin's operator is not told to add); "
+                         "use capture='python' or 'auto'")
     if capture != 'auto':
         return capture == 'plugin'
-    return (mx.context.num_gpus() == 0
-            and os.environ.get('MXNET_EXEC_ENABLE_ADDTO', '0') != '1')
+    return mx.context.num_gpus() == 0 and not add_to
 
 
 def _dense_blocks(block):

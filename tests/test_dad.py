@@ -225,7 +225,8 @@ def test_capture_leaves_every_gradient_unchanged(capture, hybrid):
 
 def test_capture_choice(monkeypatch):
     """'auto' takes the plugin's operator on a CPU-only process, the Python one when
-    MXNet would ask the capture to add to A's gradient; a wrong name is refused."""
+    MXNet would ask the capture to add to A's gradient (where 'plugin' is refused: it
+    would overwrite it); a wrong name is refused."""
     net = nn.HybridSequential()
     net.add(nn.Dense(4))
     net.initialize()
@@ -233,6 +234,8 @@ def test_capture_choice(monkeypatch):
     assert dad.attach(net)[0].plugin
     dad.detach(net)
     monkeypatch.setenv('MXNET_EXEC_ENABLE_ADDTO', '1')
+    with pytest.raises(ValueError, match='MXNET_EXEC_ENABLE_ADDTO'):
+        dad.attach(net, capture='plugin')
     assert not dad.attach(net)[0].plugin
     dad.detach(net)
     with pytest.raises(ValueError, match='capture'):
