@@ -799,6 +799,8 @@ def _step_profile_words():
         return runs[spec]['role_cpu_s'][name]
     base = cpu('dist_sync')
     capture = load(DAD_CAPTURE)
+    decode = next(case for case in load('dad_decode.json')['cases']
+                  if case['case'].startswith('cnn512 fc1 chunk, dad'))
     listed = ', '.join('`%s` %.0f ms (%+.0f)' % (spec, cpu(spec), cpu(spec) - base)
                        for spec in runs if spec != 'dist_sync')
     return (
@@ -856,8 +858,10 @@ def _step_profile_words():
         'while the store\'s host linear algebra runs (`kvstore_ext/blas.py`), dAD\'s step '
         'is the row above, the same within the seeds\' spread: a yielding thread gives '
         'the core to any runnable one, so the spinning had filled idle time. What is left '
-        'is the servers\' products (`U^T V` of every worker, about 5 ms a chunk a step for '
-        'cnn512\'s large layer at 4 workers, `dad_decode.json`), which the pulls wait for.'
+        'is the servers\' products (`U^T V` of every worker, which the pulls wait for): '
+        'formed in registers, tile by tile, they take %.1f ms a chunk a step for cnn512\'s '
+        'large layer at 4 workers, %.2fx NumPy\'s one-thread OpenBLAS forming the same sum '
+        '(which may use FMA and its own order; `dad_decode.json`): no longer a lead.'
         % (data['cores'], data['load_average_1min_before'], base, listed,
            load(THC_OPERATORS)['runs']['dist_sync_thc']['operator_ms_per_step'],
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_thc'),
@@ -880,7 +884,8 @@ def _step_profile_words():
            SCHEME_STEP_CPU, capture['model'], capture['python']['pass_ms'],
            capture['plain']['pass_ms'], capture['ratios']['python'], capture['blocks'],
            capture['plugin']['pass_ms'], capture['ratios']['plugin'],
-           _mean_ratio(SCHEME_STEP_DAD_PLUGIN, 'dist_sync_dad'), SCHEME_STEP_DAD_PLUGIN)
+           _mean_ratio(SCHEME_STEP_DAD_PLUGIN, 'dist_sync_dad'), SCHEME_STEP_DAD_PLUGIN,
+           decode['ms'], decode['over_blas'])
         + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_MOMENTUM,
                         SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_SELECT,
                         SCHEME_STEP_OTHERS, SCHEME_STEP_DAD_FACTORS, SCHEME_STEP_DAD_CHECK,

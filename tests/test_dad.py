@@ -59,7 +59,8 @@ def factors(rng, rows, out, inputs):
 
 
 @pytest.mark.parametrize('rows, capacity, out, inputs', [(3, 5, 4, 7), (5, 5, 1, 1),
-                                                         (12, 16, 64, 1030), (1, 1, 300, 2)])
+                                                         (12, 16, 64, 1030), (1, 1, 300, 2),
+                                                         (7, 9, 10, 530)])
 def test_encode_decode_match_reference(ops, rows, capacity, out, inputs):
     u, v = factors(np.random.default_rng(rows), rows, out, inputs)
     payload, status = ops.kvx_outer_encode(nd(u), nd(v), capacity=capacity)
@@ -119,6 +120,25 @@ def test_malformed_payload(ops, corrupt, status):
     acc_nd = nd(acc)
     assert status_of(ops.kvx_outer_decode_add(nd(bad), acc_nd)) == status
     assert same_bits(acc_nd.asnumpy(), acc)
+
+
+def test_decode_add_skips_zero_coefficients_bit_for_bit(ops):
+    """The decoder skips rows j whose coefficients for a tile of acc's rows are all zero
+    (and forms each tile in registers): still the reference's sum bit for bit, with
+    zeros in some rows of a tile but not others, -0 coefficients and -0 in acc."""
+    rng = np.random.default_rng(5)
+    rows, out, inputs = 9, 13, 70
+    u, v = factors(rng, rows, out, inputs)
+    u[2] = 0.0                 # a row j with no coefficient at all
+    u[4, :4] = -0.0            # zero for the first tile of rows only
+    u[6, 5:7] = 0.0            # zero in part of a tile
+    payload = ref.outer_encode(u, v, rows + 2)[0]
+    n = out * inputs
+    acc = rng.standard_normal(n).astype(f32)
+    acc[::7] = -0.0
+    acc_nd = nd(acc)
+    assert status_of(ops.kvx_outer_decode_add(nd(payload), acc_nd)) == wire.OK
+    assert same_bits(acc_nd.asnumpy(), acc + ref.outer_decode(payload, n)[0])
 
 
 @pytest.mark.parametrize('workers', [1, 2, 4])

@@ -4,7 +4,10 @@ every worker, ``kvx_decode_slots`` on codec id 6), on the MNIST models' Dense la
     OMP_NUM_THREADS=1 python bench/experiments/dad_decode.py --json bench/results/dad_decode.json
 
 Per case: best of ``--repeat`` wall times of one ``kvx_decode_slots`` call over the
-workers' payloads, and the arithmetic rate (2 k out in flops a payload). Run it from
+workers' payloads, the arithmetic rate (2 k out in flops a payload), and, timed in the
+same loop, NumPy's one-thread OpenBLAS forming the same sum (``u_w^T v_w`` summed over
+workers; its own order and FMA, so not the same bits): the ratio says how far the
+decoder, which keeps the reference's order and no FMA, is from a tuned GEMM. Run it from
 outside the repo root or after ``make install`` (it imports the installed plugin).
 """
 import argparse
@@ -29,25 +32,34 @@ def main():
     args = parser.parse_args()
     import mxnet as mx
     import kvstore_ext  # noqa: F401  loads the plugin
+    from kvstore_ext.blas import one_thread
     from kvstore_ext.ops import op
     rows = []
     for name, out, inputs, k, workers in CASES:
         rng = np.random.default_rng(0)
-        payloads = [op('kvx_outer_encode')(
-            mx.nd.array(rng.standard_normal((k, out)).astype(np.float32)),
-            mx.nd.array(rng.standard_normal((k, inputs)).astype(np.float32)), capacity=k)[0]
-            for _ in range(workers)]
-        slots = mx.nd.stack(*payloads)
-        best = float('inf')
+        factors = [(rng.standard_normal((k, out)).astype(np.float32),
+                    rng.standard_normal((k, inputs)).astype(np.float32))
+                   for _ in range(workers)]
+        slots = mx.nd.stack(*[op('kvx_outer_encode')(mx.nd.array(u), mx.nd.array(v),
+                                                     capacity=k)[0] for u, v in factors])
+        best = blas = float('inf')
         for _ in range(args.repeat + 1):
             start = time.perf_counter()
             total, _ = op('kvx_decode_slots')(slots, size=out * inputs)
             total.wait_to_read()
             best = min(best, time.perf_counter() - start)
+            with one_thread():
+                start = time.perf_counter()
+                acc = np.zeros((out, inputs), np.float32)
+                for u, v in factors:
+                    acc += u.T @ v
+                blas = min(blas, time.perf_counter() - start)
         flops = 2.0 * workers * k * out * inputs
         rows.append({'case': name, 'out': out, 'in': inputs, 'k': k, 'workers': workers,
-                     'ms': round(best * 1e3, 3), 'gflops': round(flops / best / 1e9, 2)})
-        print('%-34s %8.2f ms  %6.2f GFLOP/s' % (name, rows[-1]['ms'], rows[-1]['gflops']))
+                     'ms': round(best * 1e3, 3), 'gflops': round(flops / best / 1e9, 2),
+                     'blas_ms': round(blas * 1e3, 3), 'over_blas': round(best / blas, 2)})
+        print('%-34s %8.2f ms  %6.2f GFLOP/s  %5.2fx one-thread OpenBLAS' % (
+            name, rows[-1]['ms'], rows[-1]['gflops'], rows[-1]['over_blas']))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'cases': rows}, f, indent=1)

@@ -12,9 +12,13 @@
 
 namespace kvx {
 
-// Columns of acc handled together: a tile of V (k rows of kTile floats) stays in cache
-// while every row of acc takes its k updates.
+// acc is formed in tiles of kRows rows by kCols columns, each held in registers while
+// every row j of U and V adds to it, then added to acc once: the loop is bound by
+// arithmetic, not by loads and stores of acc.  Columns are taken kTile at a time so that
+// V's part (k rows of kTile floats) stays in cache while every tile of rows passes it.
 constexpr int64_t kTile = 512;
+constexpr int kRows = 4;
+constexpr int kCols = 16;
 
 int outer_encode(const float* u, const float* v, int64_t rows, int64_t capacity,
                  int64_t out, int64_t in, float* payload) {
@@ -57,25 +61,53 @@ static int check_outer(const float* payload, int64_t payload_words, int64_t n, i
   return kOk;
 }
 
-// y += a * x (a product, then a sum: -ffp-contract=off keeps it two roundings).
-KVX_HOT static void axpy(float* __restrict__ y, float a, const float* __restrict__ x,
-                         int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+// Eight floats, loaded and stored unaligned (GCC's vector extension: AVX2 registers in
+// the avx2 clone, SSE pairs in the baseline one).
+typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
+
+// acc[r][x] += sum over t of u[js[t]][r] * v[js[t]][x] for kRows rows and kCols columns:
+// u and v point at the tile's first row and column (strides out and in), the products
+// summed in js's order from +0 in registers (a product, then a sum: -ffp-contract=off
+// keeps it two roundings), then added to acc.
+KVX_HOT static void tile_full(const float* __restrict__ u, int64_t out,
+                              const float* __restrict__ v, int64_t in, const int64_t* js,
+                              int64_t count, float* __restrict__ acc) {
+  Floats8 s00 = {}, s01 = {}, s10 = {}, s11 = {}, s20 = {}, s21 = {}, s30 = {}, s31 = {};
+  for (int64_t t = 0; t < count; ++t) {
+    const float* uj = u + js[t] * out;
+    const float* vj = v + js[t] * in;
+    Floats8 x0, x1;
+    __builtin_memcpy(&x0, vj, sizeof x0);
+    __builtin_memcpy(&x1, vj + 8, sizeof x1);
+    const float a0 = uj[0], a1 = uj[1], a2 = uj[2], a3 = uj[3];
+    s00 += x0 * a0; s01 += x1 * a0;
+    s10 += x0 * a1; s11 += x1 * a1;
+    s20 += x0 * a2; s21 += x1 * a2;
+    s30 += x0 * a3; s31 += x1 * a3;
+  }
+  const Floats8 sums[kRows][2] = {{s00, s01}, {s10, s11}, {s20, s21}, {s30, s31}};
+  for (int r = 0; r < kRows; ++r) {
+    for (int h = 0; h < 2; ++h) {
+      Floats8 y;
+      __builtin_memcpy(&y, acc + r * in + 8 * h, sizeof y);
+      y += sums[r][h];
+      __builtin_memcpy(acc + r * in + 8 * h, &y, sizeof y);
+    }
+  }
 }
 
-// Four rows at once: each value of x is loaded once for four updates (the loop is
-// bound by loads and stores, not by arithmetic).
-KVX_HOT static void axpy4(float* __restrict__ y0, float* __restrict__ y1,
-                          float* __restrict__ y2, float* __restrict__ y3, const float* a,
-                          const float* __restrict__ x, int64_t n) {
-  const float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
-  for (int64_t i = 0; i < n; ++i) {
-    const float xi = x[i];
-    y0[i] += a0 * xi;
-    y1[i] += a1 * xi;
-    y2[i] += a2 * xi;
-    y3[i] += a3 * xi;
+// The same for a tile at the edges: rows <= kRows, cols <= kCols, the same order.
+static void tile_edge(const float* u, int64_t out, const float* v, int64_t in,
+                      const int64_t* js, int64_t count, int rows, int cols, float* acc) {
+  float sums[kRows][kCols] = {};
+  for (int64_t t = 0; t < count; ++t) {
+    for (int r = 0; r < rows; ++r) {
+      const float a = u[js[t] * out + r];
+      for (int x = 0; x < cols; ++x) sums[r][x] += a * v[js[t] * in + x];
+    }
   }
+  for (int r = 0; r < rows; ++r)
+    for (int x = 0; x < cols; ++x) acc[r * in + x] += sums[r][x];
 }
 
 int outer_decode_add(const float* payload, int64_t payload_words, int64_t n, float* acc) {
@@ -85,32 +117,38 @@ int outer_decode_add(const float* payload, int64_t payload_words, int64_t n, flo
   const int64_t in = n / out;
   const float* u = payload + kHeaderWords;
   const float* v = u + k * out;
-  // This payload's product is formed in `part` (a tile of four rows) and then added,
-  // so that acc += decode(payload) exactly, as for every codec (and as the spec's
-  // decode_slots adds each worker's decoded tensor).  A zero coefficient adds +-0 to a
-  // partial sum that is never -0, so skipping zero rows (the padding) changes no bit.
-  std::vector<float> part(static_cast<size_t>(4 * kTile));
-  float* p = part.data();
-  for (int64_t start = 0; start < in; start += kTile) {
-    const int64_t width = std::min(kTile, in - start);
-    int64_t o = 0;
-    for (; o + 4 <= out; o += 4) {
-      zero(p, 4 * kTile);
-      for (int64_t j = 0; j < k; ++j) {
-        const float coef[4] = {u[j * out + o], u[j * out + o + 1], u[j * out + o + 2],
-                               u[j * out + o + 3]};
-        if (coef[0] == 0.0f && coef[1] == 0.0f && coef[2] == 0.0f && coef[3] == 0.0f) continue;
-        axpy4(p, p + kTile, p + 2 * kTile, p + 3 * kTile, coef, v + j * in + start, width);
-      }
-      for (int r = 0; r < 4; ++r) add_into(acc + (o + r) * in + start, p + r * kTile, width);
+  // This payload's product is summed in registers and then added, so that
+  // acc += decode(payload) exactly, as for every codec (and as the spec's decode_slots
+  // adds each worker's decoded tensor).  Rows j whose coefficients for a tile's rows are
+  // all zero (the padding) are skipped: each adds +-0 to a sum that is never -0, so no
+  // bit changes.  js lists, for each tile of rows, the rows j it takes.
+  const int64_t row_tiles = (out + kRows - 1) / kRows;
+  std::vector<int64_t> js(static_cast<size_t>(row_tiles * k));
+  std::vector<int64_t> counts(static_cast<size_t>(row_tiles));
+  for (int64_t b = 0; b < row_tiles; ++b) {
+    const int64_t o = b * kRows, rows = std::min<int64_t>(kRows, out - o);
+    int64_t count = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      bool any = false;
+      for (int64_t r = 0; r < rows; ++r) any |= u[j * out + o + r] != 0.0f;
+      if (any) js[b * k + count++] = j;
     }
-    for (; o < out; ++o) {
-      zero(p, width);
-      for (int64_t j = 0; j < k; ++j) {
-        const float coef = u[j * out + o];
-        if (coef != 0.0f) axpy(p, coef, v + j * in + start, width);
+    counts[b] = count;
+  }
+  for (int64_t start = 0; start < in; start += kTile) {
+    const int64_t end = std::min(in, start + kTile);
+    for (int64_t b = 0; b < row_tiles; ++b) {
+      const int64_t o = b * kRows;
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, out - o));
+      const int64_t* rows_j = js.data() + b * k;
+      int64_t i = start;
+      if (rows == kRows) {
+        for (; i + kCols <= end; i += kCols)
+          tile_full(u + o, out, v + i, in, rows_j, counts[b], acc + o * in + i);
       }
-      add_into(acc + o * in + start, p, width);
+      for (; i < end; i += kCols)
+        tile_edge(u + o, out, v + i, in, rows_j, counts[b], rows,
+                  static_cast<int>(std::min<int64_t>(kCols, end - i)), acc + o * in + i);
     }
   }
   return kOk;
