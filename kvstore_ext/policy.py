@@ -10,15 +10,20 @@ The rule (``compresses``): for the key's codec ``c`` and float32 ``r`` of the sa
 shape, at ``workers`` workers, ``servers`` servers and link rate ``B`` (``cost.cost``,
 each tensor as if it travelled alone, no latency):
 
-    compressed  iff  codec(c) + servers(c) + wire(c, B)  <  wire(r, B)
+    compressed  iff  codec(c) + servers(c) + wire(c, B, a)  <  wire(r, B, a)
 
 ``codec``: the worker's encode and decode; ``servers``: the servers' decoding in
 server mode (0 for homomorphic keys, whose servers only add); ``wire``: the busier of
-the worker's and the servers' links, bytes each way. Assumed as docs/COST_MODEL.md
-states: nothing overlaps (codec time adds to the wire time; a key's communication
-does not hide behind compute), no latency (both choices pay a round trip; an agreement
-round's extra one is left out), a codec whose speed is not known is kept compressed
-(the scheme's own choice).
+the worker's and the servers' links, bytes each way, plus ``a`` a round. Both choices
+pay one round; a codec that agrees by a round of its own (Hylo's conv layers with
+``agreement='conv_round'``, which ``'auto'`` takes at 8 workers) pays ``a`` again.
+``a``: the seconds of a round with no bytes, the intercept of the measured rate's fit
+(below), agreed as the rate is; 0 with a given ``link_rate`` (no round is timed).
+Why: at 8 workers on the emulated cluster a round took 5-9 ms, more than the wire
+time a conv layer saves at an unshaped link (docs/COST_MODEL.md). Assumed as
+docs/COST_MODEL.md states: nothing overlaps (codec time adds to the wire time; a key's
+communication does not hide behind compute), a codec whose speed is not known is kept
+compressed (the scheme's own choice).
 
 Every worker must decide the same, or the workers would push different codecs under
 one key (a hang or garbage). The inputs are: the shape, the scheme's parameters (held
@@ -38,7 +43,8 @@ The rate: a given ``link_rate`` is a parameter, so equal everywhere; with a give
 step 0 decides by the shipped table and step 1 by the measured seconds. With
 ``link_rate=0`` the rate is measured on each worker (``LinkMeter``: the init/broadcast
 rounds every worker runs and the first step's float32 keys, each round's bytes and
-seconds) and agreed by one Sum round (``agree_rate``: the mean of the workers' rates),
+seconds) and agreed by one Sum round (``agree_rate``: the mean of the workers' rates,
+and of their fits' round seconds ``a``),
 through the scheme's re-plan path (``Scheme.settle``); until then a key goes float32.
 
 The rule prices bytes at the link's rate (latency left out, as both choices pay it),
@@ -82,15 +88,17 @@ def servers():
     return max(int(os.environ.get('DMLC_NUM_SERVER', '1')), 1)
 
 
-def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=None):
+def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=None,
+               round_s=0.0):
     """True if ``codec`` (compressing) is predicted faster than float32 for its tensor
     at ``rate_bits`` bits/s (module docstring). ``speeds``: the codec seconds the
-    workers agreed on (codec_timing.py); None: the shipped table."""
+    workers agreed on (codec_timing.py); None: the shipped table. ``round_s``: the
+    seconds of a round with no bytes (the module docstring's ``a``)."""
     from . import cost
     from .codecs import FP32Codec
     if codec.passthrough:
         return False
-    link = cost.Link(rate_bits / 8.0)
+    link = cost.Link(rate_bits / 8.0, round_s / 2.0)     # one way: half a round
     if speeds is None:
         speeds = cost.KernelSpeeds()        # the shipped table, the same on every host
     packed = cost.cost(codec, workers, servers, link, speeds, chunk_size)
@@ -207,14 +215,20 @@ class LinkMeter:
 
 
 def agree_rate(meter, workers, share):
-    """One Sum round: the mean of the workers' measured rates (bits/s), the same number
-    on every worker. A worker that timed nothing contributes 0 and is not counted."""
+    """One Sum round: (the mean of the workers' measured rates in bits/s, the mean of
+    their fits' round seconds), the same numbers on every worker. A worker that timed
+    nothing contributes 0 and is not counted; a worker whose fit has no line (no
+    intercept) is not counted in the round seconds."""
     from mxnet import ndarray
     mine = meter.rate_bits()
-    total = share(ndarray.array([mine / 1e6, 1.0 if mine > 0 else 0.0],
+    latency = meter.last.latency_s if mine > 0 else None
+    timed = latency is not None and latency > 0
+    total = share(ndarray.array([mine / 1e6, 1.0 if mine > 0 else 0.0,
+                                 1e3 * latency if timed else 0.0, 1.0 if timed else 0.0],
                                 dtype=np.float32)).asnumpy()
-    counted = float(total[1])
-    return 1e6 * float(total[0]) / counted if counted > 0 else 0.0
+    counted, lines = float(total[1]), float(total[3])
+    rate = 1e6 * float(total[0]) / counted if counted > 0 else 0.0
+    return rate, (1e-3 * float(total[2]) / lines if lines > 0 else 0.0)
 
 
 def changed(old, new):

@@ -29,7 +29,8 @@ def _auto(scheme):
 
 def decisions(store):
     """{'rate_bits' (what the plans use, 0: not agreed yet), 'rate_source' ('given',
-    'measured' or 'not agreed'), 'link_rate_given', 'codec_times', 'rate_fit' (this
+    'measured' or 'not agreed'), 'round_s' (the agreed seconds of a round with no bytes
+    the plans use, 0 with a given rate), 'link_rate_given', 'codec_times', 'rate_fit' (this
     worker's own policy.RateFit as a dict, None without a measured rate),
     'codec_timing_s' (the seconds this worker spent timing the codecs and agreeing on
     their times, once a job; None if it did not: codec_timing.py),
@@ -43,6 +44,7 @@ def decisions(store):
     fit = scheme.link_meter.last if scheme.link_meter is not None else None
     return {'rate_bits': given or agreed,
             'rate_source': 'given' if given else ('measured' if agreed > 0 else 'not agreed'),
+            'round_s': 0.0 if given else float(scheme.agreed_round_s),
             'link_rate_given': given, 'codec_times': scheme.params['codec_times'],
             'rate_fit': fit.as_dict() if fit is not None else None,
             'codec_timing_s': scheme.codec_timing_s,
@@ -63,8 +65,9 @@ def line(found):
             fit['mean_bits'] / 1e6)
     timed = found['codec_timing_s']
     times = found['codec_times'] + ('' if timed is None else ' (timed in %.2f s)' % timed)
-    return ("policy='auto': link rate %.0f Mbit/s, %s, codec times %s: %d of %d keys "
-            "compressed%s" % (found['rate_bits'] / 1e6, how, times,
+    return ("policy='auto': link rate %.0f Mbit/s, %s, a round %.2f ms, codec times %s: "
+            "%d of %d keys compressed%s" % (found['rate_bits'] / 1e6, how,
+                                            1e3 * found['round_s'], times,
                               len(compressed), len(found['compressed']),
                               ': ' + names if compressed else ''))
 

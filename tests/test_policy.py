@@ -118,7 +118,54 @@ def test_measured_rate_is_agreed_as_the_mean():
     values = [policy.agree_rate(m, 3, lambda a: ndarray.array(total, dtype=f32))
               for m in meters]
     assert values[0] == values[1] == values[2]
-    assert values[0] == pytest.approx(3e9, rel=1e-6)
+    assert values[0][0] == pytest.approx(3e9, rel=1e-6)
+    assert values[0][1] == 0.0      # one size of round each: no line, no round seconds
+
+
+def test_round_seconds_are_agreed_as_the_mean_of_the_lines():
+    """agree_rate's second number: the mean intercept of the workers whose fit drew a
+    line (rounds of several sizes); a worker with no line is not counted."""
+    from mxnet import ndarray
+    meters = []
+    for rate, latency in ((4e9, 0.002), (2e9, 0.006), (1e9, None)):
+        m = policy.LinkMeter()
+        sizes = (1 << 12, 1 << 20, 1 << 23) if latency else (1 << 20,)
+        for nbytes in sizes:
+            m.add(nbytes, (latency or 0.0) + 8.0 * nbytes / rate)
+        meters.append(m)
+    contributions = []
+    for m in meters:
+        policy.agree_rate(m, 3, lambda a: contributions.append(a.asnumpy()) or a)
+    total = np.sum(contributions, axis=0)
+    values = [policy.agree_rate(m, 3, lambda a: ndarray.array(total, dtype=f32))
+              for m in meters]
+    assert values[0] == values[1] == values[2]
+    assert values[0][0] == pytest.approx(7e9 / 3, rel=1e-5)
+    assert values[0][1] == pytest.approx(0.004, rel=1e-4)
+
+
+def test_an_agreement_round_is_priced_at_the_round_seconds():
+    """A conv layer whose codec agrees by a round of its own ('conv_round') pays the
+    round seconds once more than float32; one that agrees on the previous step pays
+    none: where the model says compress without rounds, enough round seconds make the
+    first float32 and leave the second compressed."""
+    shape, workers, rate = (128, 128, 3, 3), 8, 5e9
+    by_round = Hylo(agreement='conv_round')
+    by_round.num_workers = workers
+    by_previous = Hylo(agreement='previous')
+    by_previous.num_workers = workers
+    with_round, previous = by_round.codec_for(shape, f32), by_previous.codec_for(shape, f32)
+    assert policy.compresses(with_round, workers, 1, rate)
+    assert policy.compresses(previous, workers, 1, rate)
+    link = cost.Link(rate / 8.0)
+    packed = cost.cost(with_round, workers, 1, link)
+    assert packed.rounds == 2 and cost.cost(previous, workers, 1, link).rounds == 1
+    saved = (cost.cost(FP32Codec(shape), workers, 1, link).wire_seconds
+             - packed.wire_seconds - packed.codec_seconds - packed.server_seconds)
+    assert saved > 0
+    assert policy.compresses(with_round, workers, 1, rate, round_s=0.9 * saved)
+    assert not policy.compresses(with_round, workers, 1, rate, round_s=1.1 * saved)
+    assert policy.compresses(previous, workers, 1, rate, round_s=1.1 * saved)
 
 
 def latency_bound_rounds(rate_bits, latency, small=60, large=(1 << 20, 4 << 20, 16 << 20),
@@ -244,12 +291,13 @@ def test_measured_rate_replans_through_settle():
     def share_with(other_bits):
         def share(array):
             mine = array.asnumpy()
-            return ndarray.array(mine + np.array([other_bits / 1e6, 1], f32), dtype=f32)
+            # the other worker: a rate, no line (no round seconds)
+            return ndarray.array(mine + np.array([other_bits / 1e6, 1, 0, 0], f32), dtype=f32)
         return share
 
     scheme.link_meter.add(1e6 / 8, 1.0)           # 1 Mbit/s here, 3 Mbit/s there
     scheme.settle(1, 0, share_with(3e6))
-    assert scheme.agreed_rate == pytest.approx(2e6)
+    assert scheme.agreed_rate == pytest.approx(2e6) and scheme.agreed_round_s == 0.0
     assert not scheme.codec_for(shape, f32, step=1).passthrough     # slow: compressed
     scheme.link_meter.add(2e6 / 8, 1.0)           # 1.5x faster: kept
     scheme.settle(100, 0, share_with(4e6))
@@ -301,12 +349,14 @@ def test_decisions_are_reported_logged_once_and_summarized(tmp_path, caplog, rat
     assert found['compressed'] == {k: kv.plan(k).compressed for k in LOCAL_SHAPES}
     if rate:
         assert found['rate_source'] == 'given' and found['rate_bits'] == rate
+        assert found['round_s'] == 0.0
         assert found['rate_fit'] is None
         assert [len(x) for x in logged] == [0, 1, 1, 1, 1]
         assert logged[-1][0].endswith('3 of 4 keys compressed: conv, fc, wide')
     else:
         assert found['rate_source'] == 'measured'
         assert found['rate_bits'] == kv.scheme.agreed_rate > 0
+        assert found['round_s'] == kv.scheme.agreed_round_s >= 0
         assert found['rate_fit']['rounds'] == 2 * len(LOCAL_SHAPES)  # broadcast, step 0
         assert [len(x) for x in logged] == [0, 0, 1, 1, 1]
     assert '%.0f Mbit/s' % (found['rate_bits'] / 1e6) in logged[-1][0]
@@ -533,6 +583,11 @@ def test_dist_measured_rate_is_reported_and_logged_once(tmp_path, job_env):
     assert a['policy']['compressed'] == b['policy']['compressed']
     fits = [a['policy']['rate_fit']['rate_bits'], b['policy']['rate_fit']['rate_bits']]
     assert a['policy']['rate_bits'] == pytest.approx(sum(fits) / 2, rel=1e-5)
+    lines_s = [info['policy']['rate_fit']['latency_s'] for info in (a, b)]
+    lines_s = [x for x in lines_s if x is not None and x > 0]
+    assert a['policy']['round_s'] == b['policy']['round_s']
+    assert a['policy']['round_s'] == pytest.approx(
+        sum(lines_s) / len(lines_s) if lines_s else 0.0, rel=1e-4, abs=1e-9)
     lines = [l for l in proc.stdout.splitlines() if "policy='auto': link rate" in l]
     assert len(lines) == 1, proc.stdout[-3000:]
     assert '%.0f Mbit/s' % (a['policy']['rate_bits'] / 1e6) in lines[0]

@@ -156,6 +156,7 @@ class Scheme:
     # through ``by_policy`` and lets ``replans_at`` hold where ``policy_replans_at`` does.
     link_meter = None           # this worker's measured link rate (link_rate=0)
     agreed_rate = 0.0           # bits/s the workers agreed on (link_rate=0)
+    agreed_round_s = 0.0        # seconds of a round with no bytes, agreed with the rate
     codec_speeds = None         # agreed codec seconds (codec_times='measured', codec_timing.py)
     codec_timing_s = None       # what timing and agreeing on them took this worker (once)
     # A hook: (codec, workers, chunk_size) -> {cost.signature of a chunk codec: (worker s,
@@ -175,8 +176,9 @@ class Scheme:
         rate = self.params['link_rate'] or self.agreed_rate
         if rate <= 0:
             return self.uncompressed(codec.shape, np.float32) if step == 0 else codec
+        round_s = 0.0 if self.params['link_rate'] else self.agreed_round_s
         if _policy.compresses(codec, self.num_workers, _policy.servers(), rate,
-                              self.params['chunk_size'], self.codec_speeds):
+                              self.params['chunk_size'], self.codec_speeds, round_s):
             return codec
         return self.uncompressed(codec.shape, np.float32)
 
@@ -214,10 +216,10 @@ class Scheme:
             self.codec_timing_s = time.perf_counter() - start
         if not self.measures_link(0):
             return
-        rate = _policy.agree_rate(self.link_meter, self.num_workers, share)
+        rate, round_s = _policy.agree_rate(self.link_meter, self.num_workers, share)
         self.link_meter.restart()
         if rate > 0 and (self.agreed_rate <= 0 or _policy.changed(self.agreed_rate, rate)):
-            self.agreed_rate = rate
+            self.agreed_rate, self.agreed_round_s = rate, round_s
 
     @staticmethod
     def uncompressed(shape, dtype):
