@@ -8,7 +8,7 @@ large FC layer saves megabytes), so it is made per key, when the key is planned.
 
 The rule (``compresses``): for the key's codec ``c`` and float32 ``r`` of the same
 shape, at ``workers`` workers, ``servers`` servers and link rate ``B`` (``cost.cost``,
-each tensor as if it travelled alone, no latency):
+each tensor as if it travelled alone):
 
     compressed  iff  codec(c) + servers(c) + wire(c, B, a)  <  wire(r, B, a)
 
