@@ -47,7 +47,7 @@ seconds) and agreed by one Sum round (``agree_rate``: the mean of the workers' r
 and of their fits' round seconds ``a``),
 through the scheme's re-plan path (``Scheme.settle``); until then a key goes float32.
 
-The rule prices bytes at the link's rate (latency left out, as both choices pay it),
+The rule prices bytes at the link's rate (a round's seconds apart, in ``a``),
 so the meter must measure the link, not the round trips nor the workers' share of it.
 Two things stand between a round's seconds and the link:
 

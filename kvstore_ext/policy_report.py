@@ -66,10 +66,9 @@ def line(found):
     timed = found['codec_timing_s']
     times = found['codec_times'] + ('' if timed is None else ' (timed in %.2f s)' % timed)
     return ("policy='auto': link rate %.0f Mbit/s, %s, a round %.2f ms, codec times %s: "
-            "%d of %d keys compressed%s" % (found['rate_bits'] / 1e6, how,
-                                            1e3 * found['round_s'], times,
-                              len(compressed), len(found['compressed']),
-                              ': ' + names if compressed else ''))
+            "%d of %d keys compressed%s"
+            % (found['rate_bits'] / 1e6, how, 1e3 * found['round_s'], times,
+               len(compressed), len(found['compressed']), ': ' + names if compressed else ''))
 
 
 def _decided_at(scheme, step):
