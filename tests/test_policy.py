@@ -101,6 +101,18 @@ def test_parameters_are_checked():
         Hylo(link_rate=-1.0)
 
 
+def agree_everywhere(meters):
+    """agree_rate on every worker of ``meters``, its Sum round played here: what each
+    worker pushes is summed, and every worker reads the sum."""
+    from mxnet import ndarray
+    contributions = []
+    for m in meters:
+        policy.agree_rate(m, len(meters), lambda a: contributions.append(a.asnumpy()) or a)
+    total = np.sum(contributions, axis=0)
+    return [policy.agree_rate(m, len(meters), lambda a: ndarray.array(total, dtype=f32))
+            for m in meters]
+
+
 def test_measured_rate_is_agreed_as_the_mean():
     """agree_rate: one Sum round; workers that timed nothing are not counted."""
     meters = []
@@ -110,13 +122,7 @@ def test_measured_rate_is_agreed_as_the_mean():
             m.add(rate / 8, 1.0)
         meters.append(m)
 
-    from mxnet import ndarray
-    contributions = []          # what each worker pushes into the Sum round
-    for m in meters:
-        policy.agree_rate(m, 3, lambda a: contributions.append(a.asnumpy()) or a)
-    total = np.sum(contributions, axis=0)
-    values = [policy.agree_rate(m, 3, lambda a: ndarray.array(total, dtype=f32))
-              for m in meters]
+    values = agree_everywhere(meters)
     assert values[0] == values[1] == values[2]
     assert values[0][0] == pytest.approx(3e9, rel=1e-6)
     assert values[0][1] == 0.0      # one size of round each: no line, no round seconds
@@ -125,7 +131,6 @@ def test_measured_rate_is_agreed_as_the_mean():
 def test_round_seconds_are_agreed_as_the_mean_of_the_lines():
     """agree_rate's second number: the mean intercept of the workers whose fit drew a
     line (rounds of several sizes); a worker with no line is not counted."""
-    from mxnet import ndarray
     meters = []
     for rate, latency in ((4e9, 0.002), (2e9, 0.006), (1e9, None)):
         m = policy.LinkMeter()
@@ -133,12 +138,7 @@ def test_round_seconds_are_agreed_as_the_mean_of_the_lines():
         for nbytes in sizes:
             m.add(nbytes, (latency or 0.0) + 8.0 * nbytes / rate)
         meters.append(m)
-    contributions = []
-    for m in meters:
-        policy.agree_rate(m, 3, lambda a: contributions.append(a.asnumpy()) or a)
-    total = np.sum(contributions, axis=0)
-    values = [policy.agree_rate(m, 3, lambda a: ndarray.array(total, dtype=f32))
-              for m in meters]
+    values = agree_everywhere(meters)
     assert values[0] == values[1] == values[2]
     assert values[0][0] == pytest.approx(7e9 / 3, rel=1e-5)
     assert values[0][1] == pytest.approx(0.004, rel=1e-4)
