@@ -13,8 +13,9 @@ Three copies of the same network (same weights, same batch) are timed in turn, b
 after block: the plain one, then the one attached with each capture, each block
 ``steps`` passes ending in a ``waitall``; a ratio is the median over blocks of the ratio
 within a block, so a change of machine load between blocks cancels. Also per pass
-(median over blocks): the forward alone and when the first attached Dense layer's weight gradient is ready after the
-backward starts (what ``dist_sync_dad``'s step waits for before it can send that layer).
+(median over blocks): the forward alone, and when the first attached Dense layer's
+weight gradient is ready after the backward starts (what ``dist_sync_dad``'s step waits
+for before it can send that layer).
 
     python bench/dad_capture_cost.py [--model cnn512] [--batch 32] [--blocks 15]
                                      [--steps 10] [--json PATH]

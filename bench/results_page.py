@@ -801,9 +801,9 @@ def _two_workers_words():
         'interleaved seed by seed), miss by as much: %s, over `dist_sync`\'s (its worker '
         '%.0f ms of CPU a step). What a scheme adds is each worker\'s own CPU, and the '
         'step waits for it, whatever the cores are shared with. cnn512 is small beside its '
-        'gradient: a forward and backward pass at batch %d takes %.0f ms alone (`%s`), and '
-        'each pass a scheme makes over its 1.6 M gradient elements (momentum correction, '
-        'residual, selection or rotation, the pulled sum) costs a millisecond or more.\n\n%s'
+        'gradient: a forward and backward pass at batch %d takes %.0f ms alone (`%s`), so '
+        'the passes a scheme makes over the gradient (momentum correction, residual, '
+        'selection or rotation, the pulled sum) weigh on the step.\n\n%s'
         % (first['workers'], first['servers'], first['steps'],
            seeds({r['seed'] for r in runs}), '; '.join(parts), cpu_ms('dist_sync'),
            capture['batch'], capture['plain']['pass_ms'], DAD_CAPTURE,
@@ -892,8 +892,8 @@ def _step_profile_words():
         'the GIL in every pass, and the operators after it wait. As the plugin\'s operator '
         '(`kvx_dad_capture`, recording the rows from the engine\'s own thread) the pass '
         'took %.2f ms (%.2fx), and dAD\'s step %.2fx (`%s`). A whole-job `perf` then '
-        '(printed) found a fifth of the job\'s CPU in `sched_yield`: NumPy\'s OpenBLAS, woken in '
-        'every worker by the gradient check\'s matrix-vector product over the Dense '
+        '(printed) found a fifth of the job\'s CPU in `sched_yield`: NumPy\'s OpenBLAS, '
+        'woken in every worker by the gradient check\'s matrix-vector product over the Dense '
         'weight each step, spun its idle threads on the shared cores. Held to one thread '
         'while the store\'s host linear algebra runs (`kvstore_ext/blas.py`), dAD\'s step '
         'was %.2fx (`%s`), the same within the seeds\' spread: a yielding thread gives '
@@ -1116,8 +1116,6 @@ def section_cost_model():
 
 
 POLICY_FAST_LINKS = 'policy_auto_fast_links.json'
-
-
 POLICY_ROUNDS_PRICED = 'policy_auto_8w_rounds_priced.json'
 POLICY_TABLE = (['workers', 'model', 'link', 'passes', 'auto / best', 'median', 'within 5%',
                  'auto / `dist_sync`', 'median', 'not > 3% slower',
@@ -1126,6 +1124,11 @@ POLICY_TABLE = (['workers', 'model', 'link', 'passes', 'auto / best', 'median', 
                  'keys auto compressed'],
                 ['---:', '---', '---', '---:', '---', '---:', '---', '---', '---:', '---',
                  '---:', '---:', '---', '---'])
+
+
+def _keys_compressed(run):
+    """How many keys a policy='auto' run compressed (its kv.policy_decisions())."""
+    return sum(1 for compressed in run['policy']['compressed'].values() if compressed)
 
 
 def _policy_pass_rows(data):
@@ -1140,7 +1143,7 @@ def _policy_pass_rows(data):
         for r in result['runs']:
             if pcm.is_auto(r['scheme']) and r.get('policy'):
                 chosen.setdefault((r['workers'], r['model'], r['rate']), []).append(
-                    sum(1 for v in r['policy']['compressed'].values() if v))
+                    _keys_compressed(r))
     rows = []
     for (workers, model, rate), ps in sorted(cells.items()):
         best = [p['auto_s'] / p['best_fixed_s'] for p in ps]
@@ -1149,9 +1152,9 @@ def _policy_pass_rows(data):
         same_plain = [p['adjusted_s'] / p['dist_sync_adjusted_s'] for p in ps]
         rows.append([workers, model, rate, len(ps),
                      ', '.join('%.2f' % x for x in best), '%.2f' % statistics.median(best),
-                     'yes' if statistics.median(best) <= 1.05 else '**no**',
+                     'yes' if statistics.median(best) <= 1 + pcm.AUTO_WITHIN else '**no**',
                      ', '.join('%.2f' % x for x in plain), '%.2f' % statistics.median(plain),
-                     'yes' if statistics.median(plain) <= 1.03 else '**no**',
+                     'yes' if statistics.median(plain) <= 1 + pcm.AUTO_NOT_SLOWER else '**no**',
                      '%.2f' % statistics.median(same_best),
                      '%.2f' % statistics.median(same_plain),
                      ', '.join(sorted({'`%s`' % p['best_fixed'] for p in ps})),
@@ -1175,17 +1178,16 @@ def section_policy_fast_links():
            ' or '.join(sorted({str(len(ps)) for ps in cells.values()})), data['note']),
         table(POLICY_TABLE[0], rows, POLICY_TABLE[1]),
         src(POLICY_FAST_LINKS), _policy_resnet_words(data)]
-    if os.path.exists(os.path.join(RESULTS, POLICY_ROUNDS_PRICED)):
-        priced = load(POLICY_ROUNDS_PRICED)
-        rows, _ = _policy_pass_rows(priced)
-        parts += [
-            'At 8 workers Hylo\'s conv layers agree by a round of their own '
-            '(`conv_round`), which the rule then left out, while a round took several '
-            'milliseconds there. The rule now charges each round the seconds of a round '
-            'with no bytes, the intercept of the rate\'s fit agreed by the workers '
-            '(`round_s` in `kv.policy_decisions()`; docs/COST_MODEL.md, "The policy"). '
-            'The 8-worker cells again, with it: %s' % priced['note'],
-            table(POLICY_TABLE[0], rows, POLICY_TABLE[1]), src(POLICY_ROUNDS_PRICED)]
+    priced = load(POLICY_ROUNDS_PRICED)
+    rows, _ = _policy_pass_rows(priced)
+    parts += [
+        'At 8 workers Hylo\'s conv layers agree by a round of their own '
+        '(`conv_round`), which the rule then left out, while a round took several '
+        'milliseconds there. The rule now charges each round the seconds of a round '
+        'with no bytes, the intercept of the rate\'s fit agreed by the workers '
+        '(`round_s` in `kv.policy_decisions()`; docs/COST_MODEL.md, "The policy"). '
+        'The 8-worker cells again, with it: %s' % priced['note'],
+        table(POLICY_TABLE[0], rows, POLICY_TABLE[1]), src(POLICY_ROUNDS_PRICED)]
     return '\n\n'.join(parts)
 
 
@@ -1194,7 +1196,7 @@ def _policy_resnet_words(data):
     compressed a key of resnet and of those that compressed none, over dist_sync's of
     the same pass and cell."""
     extra = {True: [], False: []}
-    hylo = []
+    hylo, float32_best, counts = [], [], []
     for result in data['passes']:
         runs = {}
         for r in result['runs']:
@@ -1207,12 +1209,15 @@ def _policy_resnet_words(data):
             comm = 1e3 * ((r['step_s'] - r['compute_s']) - (base['step_s'] - base['compute_s']))
             if scheme == 'dist_sync_hylo':
                 hylo.append(comm)
+                float32_best.append(base['step_s'] < r['step_s'])
             elif r.get('policy'):
-                extra[any(r['policy']['compressed'].values())].append(comm)
+                counts.append(_keys_compressed(r))
+                extra[counts[-1] > 0].append(comm)
+    compressing = [n for n in counts if n]
     return (
-        'On `resnet`, where every key float32 is the better fixed choice at these links, '
-        '`auto` compressed one or two conv layers in %d of %d jobs (the model, with the '
-        'codec times the workers measured, predicted them faster compressed): those '
+        'On `resnet`, where every key float32 was the better fixed choice in %d of %d '
+        'cells of a pass, `auto` compressed %d-%d conv layers in %d of %d jobs (the model, '
+        'with the codec times the workers measured, predicted them faster compressed): those '
         'jobs\' communication (step - compute) took a median %+.0f ms '
         '(%+.0f to %+.0f) over `dist_sync`\'s in the same pass, against %+.0f ms in the '
         'jobs that compressed none, and Hylo, which compresses them all, %+.0f ms. A '
@@ -1220,7 +1225,8 @@ def _policy_resnet_words(data):
         'codec and wire terms say (the cost model\'s under-prediction of Hylo on `resnet` '
         'at 8 workers, above, is the same gap); until the model has that term, `auto` '
         'takes it for a gain.'
-        % (len(extra[True]), len(extra[True]) + len(extra[False]),
+        % (sum(float32_best), len(float32_best), min(compressing), max(compressing),
+           len(extra[True]), len(extra[True]) + len(extra[False]),
            statistics.median(extra[True]), min(extra[True]), max(extra[True]),
            statistics.median(extra[False]), statistics.median(hylo)))
 # -- models users train ---------------------------------------------------------------------

@@ -19,8 +19,8 @@ pay one round; a codec that agrees by a round of its own (Hylo's conv layers wit
 ``agreement='conv_round'``, which ``'auto'`` takes at 8 workers) pays ``a`` again.
 ``a``: the seconds of a round with no bytes, the intercept of the measured rate's fit
 (below), agreed as the rate is; 0 with a given ``link_rate`` (no round is timed).
-Why: at 8 workers on the emulated cluster a round took 5-9 ms, more than the wire
-time a conv layer saves at an unshaped link (docs/COST_MODEL.md). Assumed as
+Why: at 8 workers on the emulated cluster a round took 5-20 ms (the workers' fits), more
+than the wire time a conv layer saves at an unshaped link (docs/COST_MODEL.md). Assumed as
 docs/COST_MODEL.md states: nothing overlaps (codec time adds to the wire time; a key's
 communication does not hide behind compute), a codec whose speed is not known is kept
 compressed (the scheme's own choice).

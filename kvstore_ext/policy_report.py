@@ -44,7 +44,7 @@ def decisions(store):
     fit = scheme.link_meter.last if scheme.link_meter is not None else None
     return {'rate_bits': given or agreed,
             'rate_source': 'given' if given else ('measured' if agreed > 0 else 'not agreed'),
-            'round_s': 0.0 if given else float(scheme.agreed_round_s),
+            'round_s': float(scheme.agreed_round_s),
             'link_rate_given': given, 'codec_times': scheme.params['codec_times'],
             'rate_fit': fit.as_dict() if fit is not None else None,
             'codec_timing_s': scheme.codec_timing_s,

@@ -68,7 +68,8 @@ typedef float Floats8 __attribute__((vector_size(32), aligned(4)));
 // acc[r][x] += sum over t of u[js[t]][r] * v[js[t]][x] for kRows rows and kCols columns:
 // u and v point at the tile's first row and column (strides out and in), the products
 // summed in js's order from +0 in registers (a product, then a sum: -ffp-contract=off
-// keeps it two roundings), then added to acc.
+// keeps it two roundings), then added to acc.  Eight named sums, not an array: GCC kept
+// an array of them (or a template over the row count) in memory, several times slower.
 KVX_HOT static void tile_full(const float* __restrict__ u, int64_t out,
                               const float* __restrict__ v, int64_t in, const int64_t* js,
                               int64_t count, float* __restrict__ acc) {

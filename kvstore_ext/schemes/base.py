@@ -156,7 +156,8 @@ class Scheme:
     # through ``by_policy`` and lets ``replans_at`` hold where ``policy_replans_at`` does.
     link_meter = None           # this worker's measured link rate (link_rate=0)
     agreed_rate = 0.0           # bits/s the workers agreed on (link_rate=0)
-    agreed_round_s = 0.0        # seconds of a round with no bytes, agreed with the rate
+    agreed_round_s = 0.0        # seconds of a round with no bytes, agreed with the rate (0
+                                # with a given link_rate: nothing is timed)
     codec_speeds = None         # agreed codec seconds (codec_times='measured', codec_timing.py)
     codec_timing_s = None       # what timing and agreeing on them took this worker (once)
     # A hook: (codec, workers, chunk_size) -> {cost.signature of a chunk codec: (worker s,
@@ -176,9 +177,9 @@ class Scheme:
         rate = self.params['link_rate'] or self.agreed_rate
         if rate <= 0:
             return self.uncompressed(codec.shape, np.float32) if step == 0 else codec
-        round_s = 0.0 if self.params['link_rate'] else self.agreed_round_s
         if _policy.compresses(codec, self.num_workers, _policy.servers(), rate,
-                              self.params['chunk_size'], self.codec_speeds, round_s):
+                              self.params['chunk_size'], self.codec_speeds,
+                              self.agreed_round_s):
             return codec
         return self.uncompressed(codec.shape, np.float32)
 
