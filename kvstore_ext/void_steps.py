@@ -78,9 +78,9 @@ def deferred_step(state, grad, step, exchange, num_workers, rank):
         bad = op('kvx_finite_check')(grad.reshape((-1,)))
         if not _nan:
             _nan.append(ndarray.full((1,), np.nan, dtype=np.float32))
-        for chunk in state.chunks:
+        for chunk in state.chunks:      # in place, one op (not __setitem__: a copy)
             first = chunk.view(grad).reshape((-1,))[0:1]
-            first[:] = ndarray.where(bad, _nan[0], first)
+            ndarray.where(bad, _nan[0], first, out=first)
     kept = [{name: cs.get(name) for name in chunk.codec.local_state}
             for chunk, cs in zip(state.chunks, state.chunk_states)]
     with deferred_checks() as statuses:

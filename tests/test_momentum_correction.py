@@ -413,6 +413,42 @@ def test_adacomp_sent_indices(n):
     assert (got[count:] == n).all() and n - 1 in got[:count]
 
 
+def test_adacomp_sent_indices_of_a_void_payload_name_nothing():
+    """A void payload (the encoder met a NaN: first word NaN, the rest zeros) sends
+    nothing: every slot entry reads as n."""
+    codec = AdaCompCodec((5000,), 500, 3.0)
+    payload = np.zeros(codec.payload_words(), np.float32)
+    payload[0] = np.nan
+    got = codec.sent_rows(mx.nd.array(payload, dtype=np.float32)).asnumpy()
+    assert got.dtype == np.int64 and (got == 5000).all()
+
+
+@pytest.mark.parametrize('n', [5000, (1 << 24) + 37])
+def test_element_topk_sent_indices(n):
+    """The codec reads the elements sent from its payload as the spec does, one-word
+    and two-word indices (above 2**24 elements)."""
+    from kvx_ref import codecs as ref
+    codec = ElementTopKCodec((n,), 0.0001 if n > 1 << 20 else 0.01)
+    rng = np.random.default_rng(n)
+    g = rng.standard_normal(n).astype(np.float32)
+    g[n - 1] = 100.0                            # the last element: the largest index
+    payload, _, status = ref.element_topk_encode(g, np.zeros(n, np.float32), codec.k)
+    assert status == 0 and payload.size == codec.payload_words()
+    got = codec.sent_rows(mx.nd.array(payload, dtype=np.float32)).asnumpy()
+    want = np.flatnonzero(ref.element_topk_decode(payload, n)[0])
+    assert got.dtype == np.int64 and got.size == codec.k
+    np.testing.assert_array_equal(got, want)
+    assert n - 1 in got
+
+
+@pytest.mark.parametrize('op_name, attrs', [
+    ('kvx_element_topk_sent', {'n': 100, 'k': 5}), ('kvx_adacomp_sent', {'n': 100, 'capacity': 5})])
+def test_sent_ops_reject_a_payload_of_another_size(op_name, attrs):
+    from kvstore_ext.ops import op
+    with pytest.raises(mx.base.MXNetError, match='is not the'):
+        op(op_name)(mx.nd.zeros((9,)), **attrs).wait_to_read()
+
+
 def test_adacomp_sgd_momentum_on_the_output_applies_the_sent_velocities():
     from kvx_ref.momentum import momentum_adacomp_step
     check_sgd_on_output(adacomp_store(), 'fc', (48, 40),

@@ -37,6 +37,11 @@ int adacomp_encode(const float* grad, float* residual, int64_t n, int64_t bin,
 int adacomp_decode(const float* payload, int64_t payload_words, int64_t n, float* out);
 // acc[sent] += +-scale (other elements are not touched).
 int adacomp_decode_add(const float* payload, int64_t payload_words, int64_t n, float* acc);
+// sent[e] = the element index (code / 2) of this worker's own payload's entry e for the
+// header's count entries, n (nothing) for the slot's unused entries after them and for a
+// word that is not a code; for DGC's masking (kvstore_ext/codecs/momentum.py).
+// payload: adacomp_payload_words(n, capacity) words, the encoder's (a void one: count 0).
+void adacomp_sent(const float* payload, int64_t n, int64_t capacity, int64_t* sent);
 
 }  // namespace kvx
 

@@ -290,6 +290,24 @@ int element_topk_decode_add(const float* payload, int64_t payload_words, int64_t
   return kOk;
 }
 
+// A word of an index: an exact float32 integer in [0, 2^24), else -1.
+static inline int64_t index_word(float word) {
+  const double v = word;
+  return v >= 0.0 && v < static_cast<double>(kExactF32) && v == std::floor(v)
+             ? static_cast<int64_t>(v) : -1;
+}
+
+void element_topk_sent(const float* payload, int64_t n, int64_t k, int64_t* sent) {
+  const int64_t width = element_topk_index_words(n) + 1;
+  const float* entry = payload + kHeaderWords;
+  for (int64_t e = 0; e < k; ++e, entry += width) {
+    const int64_t low = index_word(entry[0]);
+    const int64_t high = width == 3 ? index_word(entry[1]) : 0;
+    const int64_t index = low < 0 || high < 0 ? n : low + high * kExactF32;
+    sent[e] = index < n ? index : n;
+  }
+}
+
 // The servers' row (codec_table.h): id, name, decoders, payload size.
 KVX_REGISTER_CODEC(kElementTopkRow, kCodecElementTopk,
     "element_topk", element_topk_decode, element_topk_decode_add,

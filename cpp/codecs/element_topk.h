@@ -34,6 +34,11 @@ int element_topk_decode(const float* payload, int64_t payload_words, int64_t n, 
 // acc[sent] += values (other elements are not touched).
 int element_topk_decode_add(const float* payload, int64_t payload_words, int64_t n,
                             float* acc);
+// sent[e] = the element index of this worker's own payload's entry e (e < k), for DGC's
+// masking (kvstore_ext/codecs/momentum.py); n (nothing) for a word that is not an index
+// (a void payload's zeroed entries still read as index 0, as the encoder left them).
+// payload: element_topk_payload_words(n, k) words, not checked (it is the encoder's).
+void element_topk_sent(const float* payload, int64_t n, int64_t k, int64_t* sent);
 
 }  // namespace kvx
 

@@ -1,7 +1,10 @@
-// AdaComp's MXNet operator (encode; the servers decode through the codec table).
+// AdaComp's MXNet operators (encode, the elements sent; the servers decode through the
+// codec table).
 //
 //   kvx_adacomp_encode(grad, residual*; bin, capacity) -> payload f32[8+capacity*E], status
 //                                  (E = 1 word an entry, 2 above 2^23 elements)
+//   kvx_adacomp_sent(payload; n, capacity)             -> sent i64[capacity]: the elements
+//                                  the payload sends, n for unused entries (DGC's masking)
 //
 // `*` marks an input updated in place (setMutateInputs); op_util.h says how an op is
 // declared and what encoders and decoders do on bad input (set_encoded, void_sum).
@@ -46,6 +49,39 @@ struct AdacompEncode : Encoder {
   }
 };
 
+// The sent elements of a worker's own payload, one op where reading its codes took nine
+// MXNet operators and their Python a chunk (kvstore_ext/codecs/adacomp.py, sent_rows).
+struct SentParams {
+  int64_t n = 0, capacity = 0;
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"n", "capacity"}, error) &&
+           get_int(attrs, "n", 1, kvx::kAdacompMaxElements, &n, error) &&
+           get_int(attrs, "capacity", 1, kvx::kExactF32, &capacity, error);
+  }
+};
+
+struct AdacompSent : OpSpec {
+  static constexpr const char* name = "kvx_adacomp_sent";
+  static constexpr const char* inputs[] = {"payload"};
+  static constexpr int outputs = 1;
+  static constexpr int first_output_dtype = mxnet::ext::kInt64;
+  using Params = SentParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    if (p.capacity > p.n ||
+        product(in[0]) != kvx::adacomp_payload_words(p.n, p.capacity)) {
+      MX_ERROR_MSG << name << ": payload " << shape_string(in[0]) << " is not the slot of "
+                   << "capacity=" << p.capacity << " of n=" << p.n << " elements";
+      return false;
+    }
+    (*out)[0] = Shape{static_cast<unsigned int>(p.capacity)};
+    return true;
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    kvx::adacomp_sent(f32(in[0]), p.n, p.capacity, out[0].data<int64_t>());
+  }
+};
+
 }  // namespace
 
 KVX_REGISTER_OP(AdacompEncode);
+KVX_REGISTER_OP(AdacompSent);

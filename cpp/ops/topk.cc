@@ -6,6 +6,8 @@
 //   kvx_topk_scatter(values, indices; shape)           -> out f32[shape], status
 //   kvx_element_topk_encode(grad, residual*; k)        -> payload f32[8+k*E], status
 //                                  (E = 2 words an entry, 3 above 2^24 elements)
+//   kvx_element_topk_sent(payload; n, k)               -> sent i64[k]: the elements the
+//                                  payload sends (n: none), for DGC's masking
 //
 // `*` marks an input updated in place (setMutateInputs); op_util.h says how an op is
 // declared and what encoders and decoders do on bad input (set_encoded, void_sum).
@@ -130,9 +132,42 @@ struct ElementTopkEncode : Encoder {
   }
 };
 
+// The sent elements of a worker's own payload, one op where slicing and casting its
+// entries took five MXNet operators and their Python a chunk (kvstore_ext/codecs/
+// element_topk.py, sent_rows).
+struct SentParams {
+  int64_t n = 0, k = 0;
+  bool parse(const Attrs& attrs, std::string* error) {
+    return check_keys(attrs, {"n", "k"}, error) &&
+           get_int(attrs, "n", 1, int64_t{1} << 47, &n, error) &&
+           get_int(attrs, "k", 1, kvx::kExactF32, &k, error);
+  }
+};
+
+struct ElementTopkSent : OpSpec {
+  static constexpr const char* name = "kvx_element_topk_sent";
+  static constexpr const char* inputs[] = {"payload"};
+  static constexpr int outputs = 1;
+  static constexpr int first_output_dtype = mxnet::ext::kInt64;
+  using Params = SentParams;
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    if (p.k > p.n || product(in[0]) != kvx::element_topk_payload_words(p.n, p.k)) {
+      MX_ERROR_MSG << name << ": payload " << shape_string(in[0]) << " is not the "
+                   << "payload of k=" << p.k << " of n=" << p.n << " elements";
+      return false;
+    }
+    (*out)[0] = Shape{static_cast<unsigned int>(p.k)};
+    return true;
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    kvx::element_topk_sent(f32(in[0]), p.n, p.k, out[0].data<int64_t>());
+  }
+};
+
 }  // namespace
 
 KVX_REGISTER_OP(TopkEncode);
 KVX_REGISTER_OP(TopkGather);
 KVX_REGISTER_OP(TopkScatter);
 KVX_REGISTER_OP(ElementTopkEncode);
+KVX_REGISTER_OP(ElementTopkSent);

@@ -17,12 +17,10 @@ SGD optimizer (python/kvx_ref/momentum.py ``momentum_adacomp_step`` is the spec)
 """
 import math
 
-import numpy as np
-
 from .base import GatherCodec, check_encoded
 from ..ops import op
 from ..rounds import Gather
-from ..wire import HEADER_WORDS, adacomp_entry_words, adacomp_payload_words
+from ..wire import adacomp_payload_words
 
 
 class AdaCompCodec(GatherCodec):
@@ -75,23 +73,10 @@ class AdaCompCodec(GatherCodec):
         return total, self.sent_rows(payload)
 
     def sent_rows(self, payload):
-        """One index a slot entry (int64, engine ops, no wait): the element of each of
-        the header's ``count`` entries (code // 2), and ``size`` (nothing) for the
+        """One index a slot entry (int64, one engine op, no wait): the element of each
+        of the header's ``count`` entries (code // 2), and ``size`` (nothing) for the
         slot's unused entries after them."""
-        from mxnet import ndarray
-        width = adacomp_entry_words(self.size)
-        words = ndarray.cast(payload[HEADER_WORDS:], 'float64').reshape((self.capacity,
-                                                                          width))
-        # code = low + high * 2**24 and 2**24 is even: code // 2 = low // 2 + high * 2**23
-        index = ndarray.floor(words[:, 0] * 0.5)
-        if width == 2:
-            index = index + words[:, 1] * float(1 << 23)
-        count = ndarray.cast(payload[6:7], 'float64')
-        used = ndarray.broadcast_lesser(ndarray.arange(self.capacity, dtype=np.float64),
-                                        count)
-        index = ndarray.where(used, index, ndarray.full((self.capacity,), self.size,
-                                                        dtype=np.float64))
-        return ndarray.cast(index, 'int64')
+        return op('kvx_adacomp_sent')(payload, n=self.size, capacity=self.capacity)
 
     def describe(self):
         return 'adacomp, bins of %d, at most %d of %d sent' % (self.bin, self.capacity,

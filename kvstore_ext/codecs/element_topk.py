@@ -7,7 +7,7 @@ import math
 
 from .base import GatherCodec, check_encoded
 from ..ops import op
-from ..wire import HEADER_WORDS, element_topk_index_words, element_topk_payload_words
+from ..wire import element_topk_payload_words
 
 
 class ElementTopKCodec(GatherCodec):
@@ -40,14 +40,8 @@ class ElementTopKCodec(GatherCodec):
         return payload
 
     def sent_rows(self, payload):
-        """The k element indices of the payload's entries (int64)."""
-        from mxnet import ndarray
-        width = element_topk_index_words(self.size) + 1
-        entries = payload[HEADER_WORDS:].reshape((self.k, width))
-        sent = ndarray.cast(entries[:, 0], 'int64')
-        if width == 3:                # index = low word + high word * 2**24
-            sent = sent + ndarray.cast(entries[:, 1], 'int64') * (1 << 24)
-        return sent
+        """The k element indices of the payload's entries (int64, one engine op)."""
+        return op('kvx_element_topk_sent')(payload, n=self.size, k=self.k)
 
     def describe(self):
         return 'top %d of %d elements' % (self.k, self.size)
