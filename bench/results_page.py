@@ -673,6 +673,8 @@ SCHEME_STEP_POWERSGD = 'loopback_step_4w_cnn512_powersgd_acc_op.json'  # today's
 # SCHEME_STEP_MOMENTUM (momentum correction as plugin ops), and before the momentum ops
 # top-k's radix-select run and AdaComp's in SCHEME_STEP_OTHERS
 SCHEME_STEP_DELIVER = 'loopback_step_4w_cnn512_deliver_in_place.json'
+# then with the elements a payload sent read by one plugin op (today's)
+SCHEME_STEP_SENT_OPS = 'loopback_step_4w_cnn512_sent_ops.json'
 SCHEME_STEP_SELECT = 'loopback_step_4w_cnn512_vector_select.json'
 SCHEME_STEP_MOMENTUM = 'loopback_step_4w_cnn512_momentum_ops.json'
 SCHEME_STEP_TOPK_BEFORE = 'loopback_step_4w_cnn512_topk_radix_select.json'
@@ -709,7 +711,7 @@ SCHEME_STEP_TARGETS = [((SCHEME_STEP_HOST_READS, SCHEME_STEP_CPU), 'dist_sync_hy
     (SCHEME_STEP_OTHERS, 'dist_sync_' + name, 1.15)
     for name in ('lgreco', 'lgreco_hylo')] + [
     (SCHEME_STEP_DAD_TILES, 'dist_sync_dad', 1.15)] + [
-    (SCHEME_STEP_DELIVER, 'dist_sync_' + name, 1.15)
+    (SCHEME_STEP_SENT_OPS, 'dist_sync_' + name, 1.15)
     for name in ('topk', 'adacomp')]
 
 
@@ -796,9 +798,10 @@ def _two_workers_words():
                         statistics.median(ratios), cpu_ms(spec) - cpu_ms('dist_sync')))
     first = runs[0]
     return (
-        '**Not the shared cores.** The schemes that miss, at %d workers and %d server on the '
-        'same machine (each worker about a core of its own; %d steps a worker, seeds %s, '
-        'interleaved seed by seed), miss by as much: %s, over `dist_sync`\'s (its worker '
+        '**Not the shared cores.** The schemes that missed, at %d workers and %d server on '
+        'the same machine (each worker about a core of its own; %d steps a worker, seeds %s, '
+        'interleaved seed by seed; top-k and AdaComp before the elements they sent were read '
+        'by one operator), missed by as much: %s, over `dist_sync`\'s (its worker '
         '%.0f ms of CPU a step). What a scheme adds is each worker\'s own CPU, and the '
         'step waits for it, whatever the cores are shared with. cnn512 is small beside its '
         'gradient: a forward and backward pass at batch %d takes %.0f ms alone (`%s`), so '
@@ -870,8 +873,17 @@ def _step_profile_words():
         'MXNet\'s engine and operators, the kernel, Python and `libc` (a fifth each, '
         'roughly). The correction\'s delivery then went in place (the delivered sum updated '
         'where it lies, `S - m S_prev` written straight into the store\'s output: two fresh '
-        'tensor-sized arrays and a copy fewer a step), and their step is the rows above, '
-        'again no lower within the seeds\' spread. Nor is the kernel\'s share fresh pages: '
+        'tensor-sized arrays and a copy fewer a step): %.2fx and %.2fx (`%s`), again no '
+        'lower within the seeds\' spread. What lowered it was the count of operators: '
+        'reading which elements a payload sent (for the correction\'s masking) took five '
+        'MXNet operators and their Python a chunk for top-k, nine for AdaComp (slices, '
+        'casts, comparisons, an `arange` and a `full` each step); as one plugin op each '
+        '(`kvx_element_topk_sent`, `kvx_adacomp_sent`), with a key of several chunks marked '
+        'void in place instead of by a copy, AdaComp\'s worker queues 53 operators a step '
+        'instead of 79 and top-k\'s 53 instead of 58 (counted in one job, printed), and '
+        'their steps are the rows above '
+        '(cnn512\'s backward pass is short: each operator and its Python weigh). Nor is the '
+        'kernel\'s share fresh pages: '
         'glibc\'s allocator told to keep freed memory (`MALLOC_MMAP_THRESHOLD_`, '
         '`MALLOC_TRIM_THRESHOLD_` raised for every process, one job each, printed) took a '
         'third of a top-k job\'s page faults away and none of its CPU. dAD\'s '
@@ -915,6 +927,8 @@ def _step_profile_words():
            1e3 * SELECTION_BEFORE_S['AdaCompCodec[bin=500]'], CODEC_TIMES_FILE,
            _mean_ratio(SCHEME_STEP_SELECT, 'dist_sync_topk'),
            _mean_ratio(SCHEME_STEP_SELECT, 'dist_sync_adacomp'), SCHEME_STEP_SELECT,
+           _mean_ratio(SCHEME_STEP_DELIVER, 'dist_sync_topk'),
+           _mean_ratio(SCHEME_STEP_DELIVER, 'dist_sync_adacomp'), SCHEME_STEP_DELIVER,
            role('dist_sync_dad', 'worker'), role('dist_sync', 'worker'),
            role('dist_sync_dad', 'server'), role('dist_sync', 'server'),
            _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_dad'),
@@ -929,7 +943,7 @@ def _step_profile_words():
            _mean_ratio(SCHEME_STEP_DAD_BLAS, 'dist_sync_dad'), SCHEME_STEP_DAD_BLAS,
            decode['ms'], decode['over_blas'])
         + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_MOMENTUM,
-                        SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_SELECT,
+                        SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_SELECT, SCHEME_STEP_DELIVER,
                         SCHEME_STEP_OTHERS, SCHEME_STEP_DAD_FACTORS, SCHEME_STEP_DAD_CHECK,
                         DAD_CAPTURE, SCHEME_STEP_DAD_PLUGIN, SCHEME_STEP_DAD_BLAS,
                         'dad_decode.json'))
