@@ -8,9 +8,12 @@
 #ifndef KVX_KERNEL_UTIL_H_
 #define KVX_KERNEL_UTIL_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "wire.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__)) \
     && !defined(KVX_NO_CLONES)
@@ -57,6 +60,14 @@ inline void room_for_eight(std::vector<int32_t>* index, std::vector<float>* valu
 
 inline void zero(float* x, int64_t n) {
   if (n > 0) std::memset(x, 0, static_cast<size_t>(n) * sizeof(float));
+}
+
+// A payload word holding part of an index: its integer if it is an exact float32 integer
+// in [0, 2^24), else -1 (a NaN or garbage word never becomes an index).
+inline int64_t index_word(float word) {
+  const double v = word;
+  return v >= 0.0 && v < static_cast<double>(kExactF32) && v == std::floor(v)
+             ? static_cast<int64_t>(v) : -1;
 }
 
 }  // namespace kvx

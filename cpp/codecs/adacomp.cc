@@ -290,13 +290,6 @@ int adacomp_decode_add(const float* payload, int64_t payload_words, int64_t n, f
   return kOk;
 }
 
-// A word of a code: an exact float32 integer in [0, 2^24), else -1.
-static inline int64_t code_word(float word) {
-  const double v = word;
-  return v >= 0.0 && v < static_cast<double>(kExactF32) && v == std::floor(v)
-             ? static_cast<int64_t>(v) : -1;
-}
-
 void adacomp_sent(const float* payload, int64_t n, int64_t capacity, int64_t* sent) {
   const int64_t width = adacomp_entry_words(n);
   const double header_count = payload[6];       // the header's b: entries sent
@@ -306,8 +299,8 @@ void adacomp_sent(const float* payload, int64_t n, int64_t capacity, int64_t* se
   for (int64_t e = 0; e < capacity; ++e) {
     int64_t index = n;
     if (e < count) {
-      const int64_t low = code_word(body[e * width]);
-      const int64_t high = width == 2 ? code_word(body[e * width + 1]) : 0;
+      const int64_t low = index_word(body[e * width]);
+      const int64_t high = width == 2 ? index_word(body[e * width + 1]) : 0;
       if (low >= 0 && high >= 0) index = std::min((low + high * kExactF32) / 2, n);
     }
     sent[e] = index;

@@ -290,13 +290,6 @@ int element_topk_decode_add(const float* payload, int64_t payload_words, int64_t
   return kOk;
 }
 
-// A word of an index: an exact float32 integer in [0, 2^24), else -1.
-static inline int64_t index_word(float word) {
-  const double v = word;
-  return v >= 0.0 && v < static_cast<double>(kExactF32) && v == std::floor(v)
-             ? static_cast<int64_t>(v) : -1;
-}
-
 void element_topk_sent(const float* payload, int64_t n, int64_t k, int64_t* sent) {
   const int64_t width = element_topk_index_words(n) + 1;
   const float* entry = payload + kHeaderWords;
