@@ -49,8 +49,9 @@ struct AdacompEncode : Encoder {
   }
 };
 
-// The sent elements of a worker's own payload, one op where reading its codes took nine
-// MXNet operators and their Python a chunk (kvstore_ext/codecs/adacomp.py, sent_rows).
+// The sent elements of a worker's own payload (kvstore_ext/codecs/adacomp.py, sent_rows):
+// one op, where reading the codes with MXNet's operators costs nine of them a chunk, each
+// with its Python.
 struct SentParams {
   int64_t n = 0, capacity = 0;
   bool parse(const Attrs& attrs, std::string* error) {

@@ -132,9 +132,9 @@ struct ElementTopkEncode : Encoder {
   }
 };
 
-// The sent elements of a worker's own payload, one op where slicing and casting its
-// entries took five MXNet operators and their Python a chunk (kvstore_ext/codecs/
-// element_topk.py, sent_rows).
+// The sent elements of a worker's own payload (kvstore_ext/codecs/element_topk.py,
+// sent_rows): one op, where slicing and casting the entries with MXNet's operators costs
+// five of them a chunk, each with its Python (slow indexing included).
 struct SentParams {
   int64_t n = 0, k = 0;
   bool parse(const Attrs& attrs, std::string* error) {
