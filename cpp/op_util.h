@@ -233,6 +233,40 @@ inline bool count_fits(const char* op, const char* attr, int64_t count, const Sh
   return false;
 }
 
+// The elements a worker's own sparse payload sent (kvx_element_topk_sent,
+// kvx_adacomp_sent), for DGC's masking (kvstore_ext/codecs/momentum.py): one op, where
+// reading the entries with MXNet's operators costs five to nine of them a chunk, each with
+// its Python.  `Payload` names the op and its count attribute and gives the payload's
+// size, the largest n its indices reach, and the kernel.
+template <class Payload>
+struct SentElements : OpSpec {
+  static constexpr const char* name = Payload::sent_op;
+  static constexpr const char* inputs[] = {"payload"};
+  static constexpr int outputs = 1;
+  static constexpr int first_output_dtype = mxnet::ext::kInt64;
+  struct Params {
+    int64_t n = 0, count = 0;
+    bool parse(const Attrs& attrs, std::string* error) {
+      return check_keys(attrs, {"n", Payload::count_attr}, error) &&
+             get_int(attrs, "n", 1, Payload::max_elements, &n, error) &&
+             get_int(attrs, Payload::count_attr, 1, kvx::kExactF32, &count, error);
+    }
+  };
+  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
+    if (p.count > p.n || product(in[0]) != Payload::payload_words(p.n, p.count)) {
+      MX_ERROR_MSG << name << ": payload " << shape_string(in[0]) << " is not the payload "
+                   << "of " << Payload::count_attr << "=" << p.count << " of n=" << p.n
+                   << " elements";
+      return false;
+    }
+    (*out)[0] = Shape{static_cast<unsigned int>(p.count)};
+    return true;
+  }
+  static void forward(const Params& p, Tensors& in, Tensors& out) {
+    Payload::sent(f32(in[0]), p.n, p.count, out[0].data<int64_t>());
+  }
+};
+
 }  // namespace kvx_ops
 
 #define KVX_REGISTER_OP(Spec) \

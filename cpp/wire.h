@@ -52,8 +52,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline bool exact_in_f32(int64_t v) {
   return static_cast<int64_t>(static_cast<float>(v)) == v;
 }
-// Element counts travel as two float32 words (n mod 2^24, n div 2^24).
-inline bool count_fits_header(int64_t n) { return n >= 0 && n < (kExactF32 << 24); }
+// An integer travels as two exact float32 words (v mod 2^24, v div 2^24) below 2^48.
+constexpr int64_t kExactTwoF32 = kExactF32 << kMantissaF32;
+// Element counts travel as two float32 words.
+inline bool count_fits_header(int64_t n) { return n >= 0 && n < kExactTwoF32; }
 
 // A threshold is used as float32: it must be finite there too (1e39 would become Inf,
 // and 0 * Inf = NaN would then enter the residual).

@@ -24,7 +24,7 @@ inline int64_t adacomp_payload_words(int64_t n, int64_t count) {
   return kHeaderWords + count * adacomp_entry_words(n);
 }
 // Two words a code stay exact for n <= 2^47.
-constexpr int64_t kAdacompMaxElements = int64_t{1} << 47;
+constexpr int64_t kAdacompMaxElements = kExactTwoF32 / 2;
 
 // payload: adacomp_payload_words(n, capacity) words: header (a = scale, b = count,
 // body = count entries), the entries by ascending index, zeros after them.  At most

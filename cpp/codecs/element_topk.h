@@ -17,6 +17,8 @@ constexpr float kCodecElementTopk = 5.0f;
 // (n <= 2^24), else two (index mod 2^24, index div 2^24).  An entry is its index words,
 // then the float32 value.
 inline int64_t element_topk_index_words(int64_t n) { return n <= kExactF32 ? 1 : 2; }
+// Two words an index stay exact, and n fits the header, for n < 2^48.
+constexpr int64_t kElementTopkMaxElements = kExactTwoF32 - 1;
 inline int64_t element_topk_payload_words(int64_t n, int64_t k) {
   return kHeaderWords + k * (element_topk_index_words(n) + 1);
 }

@@ -49,38 +49,20 @@ struct AdacompEncode : Encoder {
   }
 };
 
-// The sent elements of a worker's own payload (kvstore_ext/codecs/adacomp.py, sent_rows):
-// one op, where reading the codes with MXNet's operators costs nine of them a chunk, each
-// with its Python.
-struct SentParams {
-  int64_t n = 0, capacity = 0;
-  bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"n", "capacity"}, error) &&
-           get_int(attrs, "n", 1, kvx::kAdacompMaxElements, &n, error) &&
-           get_int(attrs, "capacity", 1, kvx::kExactF32, &capacity, error);
+// kvx_adacomp_sent (op_util.h, SentElements): for kvstore_ext/codecs/adacomp.py's
+// sent_rows.
+struct AdacompPayload {
+  static constexpr const char* sent_op = "kvx_adacomp_sent";
+  static constexpr const char* count_attr = "capacity";
+  static constexpr int64_t max_elements = kvx::kAdacompMaxElements;
+  static int64_t payload_words(int64_t n, int64_t capacity) {
+    return kvx::adacomp_payload_words(n, capacity);
+  }
+  static void sent(const float* payload, int64_t n, int64_t capacity, int64_t* out) {
+    kvx::adacomp_sent(payload, n, capacity, out);
   }
 };
-
-struct AdacompSent : OpSpec {
-  static constexpr const char* name = "kvx_adacomp_sent";
-  static constexpr const char* inputs[] = {"payload"};
-  static constexpr int outputs = 1;
-  static constexpr int first_output_dtype = mxnet::ext::kInt64;
-  using Params = SentParams;
-  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
-    if (p.capacity > p.n ||
-        product(in[0]) != kvx::adacomp_payload_words(p.n, p.capacity)) {
-      MX_ERROR_MSG << name << ": payload " << shape_string(in[0]) << " is not the slot of "
-                   << "capacity=" << p.capacity << " of n=" << p.n << " elements";
-      return false;
-    }
-    (*out)[0] = Shape{static_cast<unsigned int>(p.capacity)};
-    return true;
-  }
-  static void forward(const Params& p, Tensors& in, Tensors& out) {
-    kvx::adacomp_sent(f32(in[0]), p.n, p.capacity, out[0].data<int64_t>());
-  }
-};
+using AdacompSent = SentElements<AdacompPayload>;
 
 }  // namespace
 

@@ -132,37 +132,20 @@ struct ElementTopkEncode : Encoder {
   }
 };
 
-// The sent elements of a worker's own payload (kvstore_ext/codecs/element_topk.py,
-// sent_rows): one op, where slicing and casting the entries with MXNet's operators costs
-// five of them a chunk, each with its Python (slow indexing included).
-struct SentParams {
-  int64_t n = 0, k = 0;
-  bool parse(const Attrs& attrs, std::string* error) {
-    return check_keys(attrs, {"n", "k"}, error) &&
-           get_int(attrs, "n", 1, int64_t{1} << 47, &n, error) &&
-           get_int(attrs, "k", 1, kvx::kExactF32, &k, error);
+// kvx_element_topk_sent (op_util.h, SentElements): for kvstore_ext/codecs/element_topk.py's
+// sent_rows.
+struct ElementTopkPayload {
+  static constexpr const char* sent_op = "kvx_element_topk_sent";
+  static constexpr const char* count_attr = "k";
+  static constexpr int64_t max_elements = kvx::kElementTopkMaxElements;
+  static int64_t payload_words(int64_t n, int64_t k) {
+    return kvx::element_topk_payload_words(n, k);
+  }
+  static void sent(const float* payload, int64_t n, int64_t k, int64_t* out) {
+    kvx::element_topk_sent(payload, n, k, out);
   }
 };
-
-struct ElementTopkSent : OpSpec {
-  static constexpr const char* name = "kvx_element_topk_sent";
-  static constexpr const char* inputs[] = {"payload"};
-  static constexpr int outputs = 1;
-  static constexpr int first_output_dtype = mxnet::ext::kInt64;
-  using Params = SentParams;
-  static bool shape(const Params& p, const Shapes& in, Shapes* out) {
-    if (p.k > p.n || product(in[0]) != kvx::element_topk_payload_words(p.n, p.k)) {
-      MX_ERROR_MSG << name << ": payload " << shape_string(in[0]) << " is not the "
-                   << "payload of k=" << p.k << " of n=" << p.n << " elements";
-      return false;
-    }
-    (*out)[0] = Shape{static_cast<unsigned int>(p.k)};
-    return true;
-  }
-  static void forward(const Params& p, Tensors& in, Tensors& out) {
-    kvx::element_topk_sent(f32(in[0]), p.n, p.k, out[0].data<int64_t>());
-  }
-};
+using ElementTopkSent = SentElements<ElementTopkPayload>;
 
 }  // namespace
 
