@@ -137,7 +137,9 @@ class ThcCodec(Codec):
         slots, status = op('kvx_thc_norm')(grad, residual, rank=rank, num_workers=num_workers)
         check_encoded(status)
         # 2. every worker's norm: all use the same M = max (inside the ops)
-        norms = (yield Sum('norm', slots)).copy()    # (the pull buffer is reused)
+        # (the pull buffer: the engine orders the next step's pull after this step's
+        # reads of it)
+        norms = yield Sum('norm', slots)
         step = self._step_count(state)
         # 3. rotate, scale, clamp, round to the table, pack; the residual keeps what this
         #    worker lost (kept, and NaN words sent, if the step is void)
@@ -145,7 +147,7 @@ class ThcCodec(Codec):
                                              **self._attrs(step))
         check_encoded(status)
         self._count_step(state, step)
-        state.last['norms'], state.last['step'] = norms, step
+        state.last['step'] = step
         # 4. the stock server adds the words
         summed = yield Sum('payload', words)
         # 5. the sum over workers (NaN everywhere if the step is void)
