@@ -814,24 +814,46 @@ def _two_workers_words():
 
 
 SCHEME_PROFILE = 'step_profile_4w_cnn512_other_schemes.json'
-CODEC_TIMES_FILE = 'codec_times.json'
-# The worker's seconds a step at 10^6 elements of top-k's and AdaComp's codecs before
-# their selection was vectorised: the codec class table as it was then (codec_times.json
-# in git at 875c43a)
-SELECTION_BEFORE_S = {'ElementTopKCodec': 0.002931, 'AdaCompCodec[bin=500]': 0.003412}
-
-
-def _codec_worker_ms(klass, elements=1000000):
-    """The worker's milliseconds a step of codec class ``klass`` at ``elements`` in the
-    codec class table (a row it measured)."""
-    rows = load(CODEC_TIMES_FILE)['codecs'][klass]
-    return 1e3 * next(worker for n, worker, _ in rows if n == elements)
-
+# What was changed against the schemes' misses, in order, each with the run that measured
+# the step after it: (kvstores, the change, file). The first row of a scheme is the code
+# the profile (SCHEME_PROFILE) saw.
+STEP_CHANGES = [
+    (('dist_sync_thc',), 'as profiled', SCHEME_STEP_OTHERS),
+    (('dist_sync_thc',), 'kernels that vectorise (sign flips, radix-8 butterflies); the void '
+     'step decided on the engine; the step count written by an engine op',
+     SCHEME_STEP_THC),
+    (('dist_sync_topk',), 'as profiled', SCHEME_STEP_TOPK_BEFORE),
+    (('dist_sync_adacomp',), 'as profiled', SCHEME_STEP_OTHERS),
+    (('dist_sync_topk', 'dist_sync_adacomp'), "DGC's momentum correction as three plugin ops "
+     '(`cpp/ops/momentum.cc`), not nine MXNet operators', SCHEME_STEP_MOMENTUM),
+    (('dist_sync_topk', 'dist_sync_adacomp'), 'the encoders\' selection 2-4 times faster (a '
+     'sampled floor for top-k, AVX2 selection for both)', SCHEME_STEP_SELECT),
+    (('dist_sync_topk', 'dist_sync_adacomp'), "the correction's delivery in place (two "
+     'tensor-sized arrays and a copy fewer a step)', SCHEME_STEP_DELIVER),
+    (('dist_sync_topk', 'dist_sync_adacomp'), 'the elements a payload sent read by one plugin '
+     'op (`kvx_element_topk_sent`, `kvx_adacomp_sent`): 53 operators a step, from 58 and 79',
+     SCHEME_STEP_SENT_OPS),
+    (('dist_sync_dad',), 'as profiled', SCHEME_STEP_OTHERS),
+    (('dist_sync_dad',), 'its factors passed to the engine without a wait (`ops.host_array`)',
+     SCHEME_STEP_DAD_FACTORS),
+    (('dist_sync_dad',), 'its gradient checked on the host once ready',
+     SCHEME_STEP_DAD_CHECK),
+    (('dist_sync_dad',), "Hylo's agreed filter set (dAD's fallback for conv layers) made "
+     'without `ndarray.array`', SCHEME_STEP_HOST_READS),
+    (('dist_sync_dad',), 'the same code, measured again', SCHEME_STEP_CPU),
+    (('dist_sync_dad',), 'the backward pass\'s rows captured by the plugin\'s operator '
+     '(`kvx_dad_capture`), not a Python `CustomOp`', SCHEME_STEP_DAD_PLUGIN),
+    (('dist_sync_dad',), "NumPy's OpenBLAS held to one thread while the store's host linear "
+     'algebra runs (`kvstore_ext/blas.py`)', SCHEME_STEP_DAD_BLAS),
+    (('dist_sync_dad',), "the servers' products formed in registers, tile by tile",
+     SCHEME_STEP_DAD_TILES),
+]
 
 
 def _step_profile_words():
-    """Why the schemes that miss their step target miss it: each worker's CPU a step in
-    one profiled job per kvstore (bench/powersgd_profile.py)."""
+    """Where the schemes that miss their step target spend it: each worker's CPU a step in
+    one profiled job per kvstore (bench/powersgd_profile.py), and the step after each
+    change made against the misses."""
     data = load(SCHEME_PROFILE)
     runs = data['runs']
 
@@ -842,113 +864,52 @@ def _step_profile_words():
         return runs[spec]['role_cpu_s'][name]
     base = cpu('dist_sync')
     capture = load(DAD_CAPTURE)
-    decode = next(case for case in load('dad_decode.json')['cases']
-                  if case['case'].startswith('cnn512 fc1 chunk, dad'))
     listed = ', '.join('`%s` %.0f ms (%+.0f)' % (spec, cpu(spec), cpu(spec) - base)
                        for spec in runs if spec != 'dist_sync')
-    return (
+    rows = []
+    for specs, change, name in STEP_CHANGES:
+        for spec in specs:
+            ratios = _ratios(name, spec)
+            rows.append(['`%s`' % spec, change, len(ratios),
+                         '%.3f ± %.3f' % promise.mean_std(ratios), '`%s`' % name])
+    return '\n\n'.join([
         'Where the misses go: on %d shared cores the job is CPU-bound, and each millisecond '
         'a worker spends is about two of the step\'s wall time at 4 workers. One profiled '
-        'job per kvstore (2 epochs, load average %.1f before) gave each worker\'s CPU a '
-        'step: `dist_sync` %.0f ms, %s. THC\'s worker rotates (a Hadamard transform) and '
-        'quantises each way; the profile predates its faster kernels (sign flips that '
-        'vectorise, radix-8 butterflies), its void step decided on the engine (no status '
-        'read before the push, as PowerSGD) and its step count written by an engine op '
-        '(creating it from the host waited for the engine\'s queue): its operators now take '
-        '%.1f ms a step in one process (`--ops`), and its step is the row above, against '
-        '%.2fx before. About half of top-k\'s and AdaComp\'s extra '
-        'was DGC\'s momentum correction as MXNet operators, about nine a step over the '
-        'tensor, each output a fresh array whose pages the kernel zeroed (`perf` of one '
-        'worker, printed); the profile predates its three plugin ops '
-        '(`cpp/ops/momentum.cc`): %.2fx and %.2fx over `dist_sync`\'s with them '
-        '(`%s`), against %.2fx and %.2fx with the operators. Their encoders\' selection '
-        'was then made 2-4 times faster (a sampled floor for top-k instead of a counting '
-        'pass, AVX2 selection for both: %.1f and %.1f ms at 10^6 elements against %.1f and '
-        '%.1f before, the codec class table `%s` then and now), and their step was %.2fx '
-        'and %.2fx (`%s`), no lower within '
-        'the seeds\' spread: the encoder was a small part of the extra. A whole-job `perf` '
-        '(every process, the steady epochs; printed) put top-k\'s job at about 25%% more '
-        'CPU than `dist_sync`\'s, spread over the plugin\'s operators (a quarter of the '
-        'extra, the momentum correction\'s two passes now costing more than the encoder), '
-        'MXNet\'s engine and operators, the kernel, Python and `libc` (a fifth each, '
-        'roughly). The correction\'s delivery then went in place (the delivered sum updated '
-        'where it lies, `S - m S_prev` written straight into the store\'s output: two fresh '
-        'tensor-sized arrays and a copy fewer a step): %.2fx and %.2fx (`%s`), again no '
-        'lower within the seeds\' spread. What lowered it was the count of operators: '
-        'reading which elements a payload sent (for the correction\'s masking) took five '
-        'MXNet operators and their Python a chunk for top-k, nine for AdaComp (slices, '
-        'casts, comparisons, an `arange` and a `full` each step); as one plugin op each '
-        '(`kvx_element_topk_sent`, `kvx_adacomp_sent`), with a key of several chunks marked '
-        'void in place instead of by a copy, AdaComp\'s worker queues 53 operators a step '
-        'instead of 79 and top-k\'s 53 instead of 58 (counted in one job, printed), and '
-        'their steps are the rows above '
-        '(cnn512\'s backward pass is short: each operator and its Python weigh). Nor is the '
-        'kernel\'s share fresh pages: '
-        'glibc\'s allocator told to keep freed memory (`MALLOC_MMAP_THRESHOLD_`, '
-        '`MALLOC_TRIM_THRESHOLD_` raised for every process, one job each, printed) took a '
-        'third of a top-k job\'s page faults away and none of its CPU. dAD\'s '
-        'job used about the CPU of `dist_sync`\'s (its workers %.1f s against %.1f, its '
-        'servers %.1f s against %.1f, same file): its step waits rather than computes. '
-        'The worker builds its payload on the host from the rows it captured in the '
-        'backward pass, and the servers form the products before any worker can pull. '
-        'Removing the waits a profile of its worker\'s Python thread found did not lower '
-        'its ratio beyond the seeds\' spread: %.2fx, then %.2fx with its factors passed '
-        'to the engine without a wait (`ops.host_array`), %.2fx with its gradient also '
-        'checked on the host once ready (an engine op queued behind the rest of the '
-        'backward pass, and read), and %.2fx and %.2fx in two runs with Hylo\'s agreed '
-        'filter set (its fallback\'s conv layers) made without `ndarray.array` too (`%s`, '
-        '`%s`). What stayed was the capture: in one process '
-        '(`bench/dad_capture_cost.py`, no kvstore) a forward and backward pass of %s took '
-        '%.2f ms with it as a Python `CustomOp` against %.2f plain (%.2fx, the median of %d '
-        'interleaved blocks): MXNet runs a `CustomOp` on its custom-operator thread under '
-        'the GIL in every pass, and the operators after it wait. As the plugin\'s operator '
-        '(`kvx_dad_capture`, recording the rows from the engine\'s own thread) the pass '
-        'took %.2f ms (%.2fx), and dAD\'s step %.2fx (`%s`). A whole-job `perf` then '
-        '(printed) found a fifth of the job\'s CPU in `sched_yield`: NumPy\'s OpenBLAS, '
-        'woken in every worker by the gradient check\'s matrix-vector product over the Dense '
-        'weight each step, spun its idle threads on the shared cores. Held to one thread '
-        'while the store\'s host linear algebra runs (`kvstore_ext/blas.py`), dAD\'s step '
-        'was %.2fx (`%s`), the same within the seeds\' spread: a yielding thread gives '
-        'the core to any runnable one, so the spinning had filled idle time. The servers\' '
-        'products (`U^T V` of every worker, which the pulls wait for) were then formed in '
-        'registers, tile by tile: %.1f ms a chunk a step for cnn512\'s large layer at 4 '
-        'workers, %.2fx NumPy\'s one-thread OpenBLAS forming the same sum (which may use '
-        'FMA and its own order; `dad_decode.json`), so no longer a lead; dAD\'s step with '
-        'them is the row above.'
+        'job per kvstore (2 epochs, load average %.1f before; the code of the first row of '
+        'each scheme below) gave each worker\'s CPU a step: `dist_sync` %.0f ms, %s. THC\'s '
+        'worker rotates (a Hadamard transform) and quantises each way: its operators take '
+        '%.1f ms a step in one process (`--ops`). Top-k\'s and AdaComp\'s extra was half '
+        'DGC\'s momentum correction as MXNet operators; what lowered their step was the '
+        'count of operators, each with its Python (cnn512\'s backward pass is short, so each '
+        'weighs), more than the speed of any one. dAD\'s job uses about the CPU of '
+        '`dist_sync`\'s (its workers %.1f s against %.1f, its servers %.1f s against %.1f): '
+        'its step waits rather than computes: the worker builds its payload on the host from '
+        'the rows it captured in the backward pass, and the servers form the products before '
+        'any worker can pull. The capture costs the pass least as the plugin\'s operator: '
+        'in one process (`bench/dad_capture_cost.py`, no kvstore) a forward and backward '
+        'pass of %s took %.2f ms with it as a Python `CustomOp` (MXNet runs one on its '
+        'custom-operator thread under the GIL) and %.2f as the plugin\'s operator, against '
+        '%.2f plain (the median of %d interleaved blocks). Not leads, measured in one job '
+        'each (printed): glibc\'s allocator told to keep freed memory took a third of a '
+        'top-k job\'s page faults away and none of its CPU; NumPy\'s OpenBLAS spinning its '
+        'idle threads filled idle time only.'
         % (data['cores'], data['load_average_1min_before'], base, listed,
            load(THC_OPERATORS)['runs']['dist_sync_thc']['operator_ms_per_step'],
-           _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_thc'),
-           _mean_ratio(SCHEME_STEP_MOMENTUM, 'dist_sync_topk'),
-           _mean_ratio(SCHEME_STEP_MOMENTUM, 'dist_sync_adacomp'), SCHEME_STEP_MOMENTUM,
-           _mean_ratio(SCHEME_STEP_TOPK_BEFORE, 'dist_sync_topk'),
-           _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_adacomp'),
-           _codec_worker_ms('ElementTopKCodec'), _codec_worker_ms('AdaCompCodec[bin=500]'),
-           1e3 * SELECTION_BEFORE_S['ElementTopKCodec'],
-           1e3 * SELECTION_BEFORE_S['AdaCompCodec[bin=500]'], CODEC_TIMES_FILE,
-           _mean_ratio(SCHEME_STEP_SELECT, 'dist_sync_topk'),
-           _mean_ratio(SCHEME_STEP_SELECT, 'dist_sync_adacomp'), SCHEME_STEP_SELECT,
-           _mean_ratio(SCHEME_STEP_DELIVER, 'dist_sync_topk'),
-           _mean_ratio(SCHEME_STEP_DELIVER, 'dist_sync_adacomp'), SCHEME_STEP_DELIVER,
            role('dist_sync_dad', 'worker'), role('dist_sync', 'worker'),
            role('dist_sync_dad', 'server'), role('dist_sync', 'server'),
-           _mean_ratio(SCHEME_STEP_OTHERS, 'dist_sync_dad'),
-           _mean_ratio(SCHEME_STEP_DAD_FACTORS, 'dist_sync_dad'),
-           _mean_ratio(SCHEME_STEP_DAD_CHECK, 'dist_sync_dad'),
-           _mean_ratio(SCHEME_STEP_HOST_READS, 'dist_sync_dad'),
-           _mean_ratio(SCHEME_STEP_CPU, 'dist_sync_dad'), SCHEME_STEP_HOST_READS,
-           SCHEME_STEP_CPU, capture['model'], capture['python']['pass_ms'],
-           capture['plain']['pass_ms'], capture['ratios']['python'], capture['blocks'],
-           capture['plugin']['pass_ms'], capture['ratios']['plugin'],
-           _mean_ratio(SCHEME_STEP_DAD_PLUGIN, 'dist_sync_dad'), SCHEME_STEP_DAD_PLUGIN,
-           _mean_ratio(SCHEME_STEP_DAD_BLAS, 'dist_sync_dad'), SCHEME_STEP_DAD_BLAS,
-           decode['ms'], decode['over_blas'])
-        + '\n\n' + src(SCHEME_PROFILE, THC_OPERATORS, SCHEME_STEP_MOMENTUM,
-                        SCHEME_STEP_TOPK_BEFORE, SCHEME_STEP_SELECT, SCHEME_STEP_DELIVER,
-                        SCHEME_STEP_OTHERS, SCHEME_STEP_DAD_FACTORS, SCHEME_STEP_DAD_CHECK,
-                        DAD_CAPTURE, SCHEME_STEP_DAD_PLUGIN, SCHEME_STEP_DAD_BLAS,
-                        'dad_decode.json'))
+           capture['model'], capture['python']['pass_ms'], capture['plugin']['pass_ms'],
+           capture['plain']['pass_ms'], capture['blocks']),
+        'What was changed against the misses, in order (each change kept), and the step '
+        'over `dist_sync`\'s after it, paired by seed in the run named:',
+        table(['kvstore', 'change', 'seeds', 'over `dist_sync`\'s', 'run'], rows,
+              ['---', '---', '---:', '---:', '---']),
+        src(SCHEME_PROFILE, THC_OPERATORS, DAD_CAPTURE)])
 
 
+def _ratios(name, spec):
+    """``spec``'s training time over dist_sync's in file ``name``, paired by seed."""
+    rs, base = _paired_runs(name, spec)
+    return [r['train_s'] / base[r['seed']]['train_s'] for r in rs]
 
 
 def section_step_cpu():
@@ -1009,8 +970,7 @@ def _paired_runs(name, spec):
 
 def _mean_ratio(name, spec):
     """Mean over seeds of ``spec``'s training time over dist_sync's in file ``name``."""
-    rs, base = _paired_runs(name, spec)
-    return statistics.mean(r['train_s'] / base[r['seed']]['train_s'] for r in rs)
+    return statistics.mean(_ratios(name, spec))
 
 
 def _later_epochs_s(run):
