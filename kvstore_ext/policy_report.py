@@ -33,7 +33,9 @@ def decisions(store):
     the plans use, 0 with a given rate), 'link_rate_given', 'codec_times', 'rate_fit' (this
     worker's own policy.RateFit as a dict, None without a measured rate),
     'codec_timing_s' (the seconds this worker spent timing the codecs and agreeing on
-    their times, once a job; None if it did not: codec_timing.py),
+    their times, once a job; None if it did not: codec_timing.py), 'trial' (what the
+    trial of the rule's plan against float32 found: plan_trial.PlanTrial.as_dict, None
+    until it decided),
     'compressed': {key as str: bool} of the keys planned so far}; None unless the
     store's scheme runs policy='auto'."""
     scheme = store.scheme
@@ -48,6 +50,7 @@ def decisions(store):
             'link_rate_given': given, 'codec_times': scheme.params['codec_times'],
             'rate_fit': fit.as_dict() if fit is not None else None,
             'codec_timing_s': scheme.codec_timing_s,
+            'trial': scheme.trial.as_dict() if scheme.trial is not None else None,
             'compressed': {str(k): not s.codec.passthrough
                            for k, s in store._keys.items() if s.codec is not None}}
 
@@ -65,9 +68,19 @@ def line(found):
             fit['mean_bits'] / 1e6)
     timed = found['codec_timing_s']
     times = found['codec_times'] + ('' if timed is None else ' (timed in %.2f s)' % timed)
-    return ("policy='auto': link rate %.0f Mbit/s, %s, a round %.2f ms, codec times %s: "
+    trial = found.get('trial')
+    tried = ''
+    if trial is not None and not trial['decided']:
+        start, steps = trial['start'], trial['steps']
+        tried = ('; its plan on trial against float32 (steps %d-%d float32, %d-%d the plan)'
+                 % (start, start + steps - 1, start + steps, start + 2 * steps - 1))
+    elif trial is not None and trial['tried']:
+        tried = ('; its plan tried against float32 in the job: %.1f ms a step against '
+                 '%.1f, %s' % (1e3 * trial['plan_s'], 1e3 * trial['float32_s'],
+                                'kept' if trial['kept'] else 'every key float32'))
+    return ("policy='auto': link rate %.0f Mbit/s, %s, a round %.2f ms, codec times %s%s: "
             "%d of %d keys compressed%s"
-            % (found['rate_bits'] / 1e6, how, 1e3 * found['round_s'], times,
+            % (found['rate_bits'] / 1e6, how, 1e3 * found['round_s'], times, tried,
                len(compressed), len(found['compressed']), ': ' + names if compressed else ''))
 
 
@@ -83,7 +96,7 @@ class PolicyLog:
 
     def __init__(self):
         self.noted_step = None      # the step the line was last considered at
-        self.shown = None           # (rate, choices) the line last said
+        self.shown = None           # (rate, choices, trial) the line last said
 
     def note(self, store, step):
         """Called by the store after a key is planned for ``step``: on rank 0, the first
@@ -93,7 +106,7 @@ class PolicyLog:
         if self.noted_step == step or not _decided_at(store.scheme, step - 1):
             return
         found = decisions(store)
-        shown = (found['rate_bits'], found['compressed'])
+        shown = (found['rate_bits'], found['compressed'], found['trial'])
         self.noted_step = step
         if found['rate_bits'] > 0 and self.shown != shown:
             log.info(line(found))

@@ -70,6 +70,7 @@ class CompressedKVStore(KVStoreBase):
         self._restored = False      # state came from a file: check it when keys are planned
         self._stats = CommStats()
         self._settled = 0           # the last step the scheme settled at (planning.settle)
+        self._clocked = -1          # the last step the scheme was told of (step_started)
         self._learning_rate = None  # reads the optimizer's learning rate (follow)
         self._handover = Handover()  # the optimizer's momentum and rate (handover.py)
         self._policy_log = policy_report.PolicyLog()  # policy='auto''s line (rank 0)
@@ -210,6 +211,9 @@ class CompressedKVStore(KVStoreBase):
             state.checked = (tuple(values), tuple(outs))
             self._scheme.bind(key, values)
         step = self._stats.pushes(key)
+        if step > self._clocked:
+            self._clocked = step
+            self._scheme.step_started(step)
         planning.plan_if_due(self, state, step)
         self._policy_log.note(self, step)
         stepping.run(self, state, values, outs, step)

@@ -36,6 +36,8 @@ def model_says_compress(codec, workers, servers, rate_bits):
 
 
 MODES = [{}, {'aggregation': 'server', 'pull': 'compressed'}]
+# the rule's decisions as such, not tried against float32 in the job (plan_trial.py)
+RULE = {'trial_steps': 0}
 
 
 @pytest.mark.parametrize('mode', MODES)
@@ -46,7 +48,7 @@ def test_fast_link_raw_slow_link_compressed(shape, mode):
     want = default.codec_for(shape, f32)
     assert not want.passthrough
     for rate, compressed in ((1e13, False), (1e6, True)):
-        scheme = Hylo(policy='auto', link_rate=rate, **mode)
+        scheme = Hylo(**RULE, policy='auto', link_rate=rate, **mode)
         scheme.num_workers = 4
         got = scheme.codec_for(shape, f32)
         assert got.passthrough is not compressed
@@ -89,7 +91,7 @@ def test_the_switch_is_where_the_model_crosses(shape, workers, servers):
 
 
 def test_small_and_exempt_tensors_are_untouched():
-    scheme = Hylo(policy='auto', link_rate=1e6)
+    scheme = Hylo(**RULE, policy='auto', link_rate=1e6)
     assert scheme.codec_for((64,), f32).passthrough
     assert scheme.codec_for((100, 100), np.float16).passthrough
 
@@ -278,7 +280,7 @@ def test_measured_rate_replans_through_settle():
     """link_rate=0: float32 at the first step, re-planned at step 1 by the agreed rate,
     and again every REMEASURE_STEPS steps only if it moved by more than RATE_CHANGE
     (the shipped codec table: the rate's round alone)."""
-    scheme = Hylo(policy='auto', link_rate=0.0, codec_times='shipped')
+    scheme = Hylo(**RULE, policy='auto', link_rate=0.0, codec_times='shipped')
     scheme.num_workers = 2
     shape = SHAPES[0]
     assert scheme.codec_for(shape, f32, step=0).passthrough
@@ -311,10 +313,10 @@ def test_measured_rate_replans_through_settle():
 def test_given_rate_does_not_measure():
     """A given rate is not measured; the codecs are timed at step 1 (its only re-plan),
     unless the shipped table is asked for."""
-    scheme = Hylo(policy='auto', link_rate=1e9)
+    scheme = Hylo(**RULE, policy='auto', link_rate=1e9)
     assert not scheme.measures_link(0) and scheme.replans_at(1)
     assert not any(scheme.replans_at(s) for s in (2, policy.REMEASURE_STEPS))
-    shipped = Hylo(policy='auto', link_rate=1e9, codec_times='shipped')
+    shipped = Hylo(**RULE, policy='auto', link_rate=1e9, codec_times='shipped')
     assert not shipped.measures_link(0) and not shipped.replans_at(1)
     assert not Hylo().measures_link(0) and not Hylo().replans_at(1)
 
@@ -334,7 +336,7 @@ def test_decisions_are_reported_logged_once_and_summarized(tmp_path, caplog, rat
     import sys
     import mxnet as mx
     kv = mx.kv.create('dist_sync_hylo')
-    kv.set_gradient_compression(dict(BASE, policy='auto', link_rate=rate,
+    kv.set_gradient_compression(dict(BASE, **RULE, policy='auto', link_rate=rate,
                                      codec_times='shipped'))
     for key, shape in LOCAL_SHAPES.items():
         kv.broadcast(key, mx.nd.ones(shape), out=mx.nd.zeros(shape))
@@ -405,19 +407,19 @@ def test_slow_codec_times_flip_to_float32_fast_keep_compressed():
     sends the key float32 from step 1; at one where it does not, a fast codec
     compresses it."""
     shape = SHAPES[1]
-    slow = Hylo(policy='auto', link_rate=1e8)
+    slow = Hylo(**RULE, policy='auto', link_rate=1e8)
     slow.codec_timer = report(10.0)
     assert not slow.codec_for(shape, f32, step=0).passthrough      # the shipped table
     assert slow.codec_timing_s is None
     assert all(c.passthrough for c in settle_workers([slow], shape))
     assert 0 <= slow.codec_timing_s < 60       # reported: what the timing cost, once
-    fast = Hylo(policy='auto', link_rate=1e13)
+    fast = Hylo(**RULE, policy='auto', link_rate=1e13)
     fast.codec_timer = report(0.0)
     assert fast.codec_for(shape, f32, step=0).passthrough
     assert not any(c.passthrough for c in settle_workers([fast], shape))
     # the same timings with the shipped table change nothing
     for rate, timer in ((1e8, report(10.0)), (1e13, report(0.0))):
-        shipped = Hylo(policy='auto', link_rate=rate, codec_times='shipped')
+        shipped = Hylo(**RULE, policy='auto', link_rate=rate, codec_times='shipped')
         shipped.codec_timer = timer
         first = shipped.codec_for(shape, f32, step=0).passthrough
         assert shipped.codec_for(shape, f32, step=1).passthrough is first
@@ -430,7 +432,7 @@ def test_agreed_codec_times_are_the_slowest_workers():
     shape = SHAPES[1]
     schemes = []
     for seconds in (0.0, 10.0, 0.0):
-        scheme = Hylo(policy='auto', link_rate=1e8)
+        scheme = Hylo(**RULE, policy='auto', link_rate=1e8)
         scheme.codec_timer = report(seconds)
         schemes.append(scheme)
     codecs = settle_workers(schemes, shape)
@@ -452,14 +454,14 @@ def test_a_worker_that_cannot_time_falls_back_with_the_others(caplog):
     for bad in (broken, report(float('nan'))):
         schemes = []
         for timer in (report(10.0), bad):
-            scheme = Hylo(policy='auto', link_rate=1e8)
+            scheme = Hylo(**RULE, policy='auto', link_rate=1e8)
             scheme.codec_timer = timer
             schemes.append(scheme)
         with caplog.at_level('WARNING', logger='kvstore_ext'):
             codecs = settle_workers(schemes, shape)
         assert 'rank 1 could not time the codec' in caplog.text
         assert [s.codec_speeds.measured for s in schemes] == [{}, {}]
-        shipped = Hylo(policy='auto', link_rate=1e8, codec_times='shipped')
+        shipped = Hylo(**RULE, policy='auto', link_rate=1e8, codec_times='shipped')
         shipped.num_workers = 2
         want = shipped.codec_for(shape, f32, step=1).passthrough
         assert [c.passthrough for c in codecs] == [want, want]
@@ -498,7 +500,7 @@ BASE = {'size_threshold': 100}
 
 
 # the shipped table: no timing round, so the bytes are exactly dist_sync's and Hylo's
-SHIPPED = dict(BASE, policy='auto', codec_times='shipped')
+SHIPPED = dict(BASE, **RULE, policy='auto', codec_times='shipped')
 
 
 def test_dist_huge_link_rate_is_dist_sync(tmp_path, job_env):

@@ -36,6 +36,11 @@ POLICY_PARAMS = {
                          'measured on another CPU alone: no timing, no round, decisions '
                          'known before a run, as advise and the cost model predict them)',
                          choices=('measured', 'shipped'), rank='leave'),
+    'trial_steps': Param('int', 6, "policy='auto': the rule's plan is tried in the job "
+                         'before it is kept: this many steps with every key float32, this '
+                         'many with the plan, and the faster stays (plan_trial.py); again '
+                         'at a newly agreed rate. 0: the plan is kept untried',
+                         low=0, rank='leave'),
 }
 
 # The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
@@ -127,7 +132,7 @@ class Scheme:
         depend on. ``share(array)`` returns the float32 sum of ``array`` over the
         workers (a round through the transport; every worker must call it as often and
         with the same shape); a worker that should not contribute passes zeros."""
-        self.settle_policy(share, rank)
+        self.settle_policy(share, rank, step)
 
     def state(self):
         """What the policy decided from measurements and must survive a checkpoint
@@ -160,6 +165,7 @@ class Scheme:
                                 # with a given link_rate: nothing is timed)
     codec_speeds = None         # agreed codec seconds (codec_times='measured', codec_timing.py)
     codec_timing_s = None       # what timing and agreeing on them took this worker (once)
+    trial = None                # the rule's plan tried against float32 (plan_trial.py)
     # A hook: (codec, workers, chunk_size) -> {cost.signature of a chunk codec: (worker s,
     # servers' s per payload)}, this worker's timing; None: codec_timing.measure
     codec_timer = None
@@ -168,20 +174,39 @@ class Scheme:
         """``codec``, or float32 where policy='auto' predicts that faster (policy.py):
         the given ``link_rate``, else the agreed measured one (float32 until agreed),
         with the agreed codec seconds once settled (codec_times='measured'), else the
-        shipped table."""
+        shipped table; then tried against every key float32 (plan_trial.py)."""
         if self.params.get('policy', 'compress') != 'auto':
             return codec
-        if self.times_codecs() and self.codec_speeds is None:
+        untimed = self.times_codecs() and self.codec_speeds is None
+        if untimed:
             from ..cost import signature
             self._candidates.setdefault(signature(codec), codec)
         rate = self.params['link_rate'] or self.agreed_rate
         if rate <= 0:
             return self.uncompressed(codec.shape, np.float32) if step == 0 else codec
-        if _policy.compresses(codec, self.num_workers, _policy.servers(), rate,
-                              self.params['chunk_size'], self.codec_speeds,
-                              self.agreed_round_s):
+        compressed = _policy.compresses(codec, self.num_workers, _policy.servers(), rate,
+                                        self.params['chunk_size'], self.codec_speeds,
+                                        self.agreed_round_s)
+        if untimed:                 # not final: the codecs' seconds come at step 1
+            return codec if compressed else self.uncompressed(codec.shape, np.float32)
+        trial = self.plan_trial()
+        trial.begin(step)
+        trial.wants(compressed)
+        if compressed and not trial.float32(step):
             return codec
         return self.uncompressed(codec.shape, np.float32)
+
+    def plan_trial(self):
+        """policy='auto''s trial of the rule's plan (plan_trial.py), made at first use."""
+        if self.trial is None:
+            from ..plan_trial import PlanTrial
+            self.trial = PlanTrial(self.params['trial_steps'])
+        return self.trial
+
+    def step_started(self, step):
+        """Called by the store at the first key of every step: the trial's clock."""
+        if self.trial is not None:
+            self.trial.clock(step)
 
     def measures_link(self, step):
         """True if this worker times its rounds of ``step`` (init/broadcast: 0): with
@@ -195,19 +220,24 @@ class Scheme:
     def policy_replans_at(self, step):
         """Steps where policy='auto' re-plans: with a measured rate the first after the
         measured first step, then every REMEASURE_STEPS; with measured codec times
-        the first (the workers time their codecs and agree there)."""
+        the first (the workers time their codecs and agree there); where its trial
+        switches plans."""
         return (self.measures_link(0) and (step == 1 or step % _policy.REMEASURE_STEPS == 0)
-                or self.times_codecs() and step == 1)
+                or self.times_codecs() and step == 1
+                or self.trial is not None and self.trial.replans_at(step))
 
     def times_codecs(self):
         """True if policy='auto' weighs codec seconds timed on the workers."""
         return (self.params.get('policy', 'compress') == 'auto'
                 and self.params['codec_times'] == 'measured')
 
-    def settle_policy(self, share, rank=0):
+    def settle_policy(self, share, rank=0, step=None):
         """Agree on the codecs' seconds (once, codec_timing.py) and on the measured
         rate (one Sum round each); keep the agreed rate unless it moved by more than
-        policy.RATE_CHANGE times."""
+        policy.RATE_CHANGE times (then the plan is tried again); at the end of the
+        trial, agree on its plan (plan_trial.py)."""
+        if self.trial is not None and self.trial.decides_at(step):
+            self.trial.decide(share, self.num_workers)
         if self.times_codecs() and self.codec_speeds is None:
             from .. import codec_timing
             start = time.perf_counter()
@@ -220,6 +250,8 @@ class Scheme:
         rate, round_s = _policy.agree_rate(self.link_meter, self.num_workers, share)
         self.link_meter.restart()
         if rate > 0 and (self.agreed_rate <= 0 or _policy.changed(self.agreed_rate, rate)):
+            if self.agreed_rate > 0 and self.trial is not None:
+                self.trial.retry()
             self.agreed_rate, self.agreed_round_s = rate, round_s
 
     @staticmethod

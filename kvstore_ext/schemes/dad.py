@@ -235,6 +235,9 @@ class DAD(Scheme):
     def settle(self, step, rank, share):
         self.fallback.settle(step, rank, share)
 
+    def step_started(self, step):
+        self.fallback.step_started(step)
+
     def state(self):
         return self.fallback.state()
 

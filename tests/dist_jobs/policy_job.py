@@ -4,12 +4,16 @@ per step whether each key went compressed (kv.plan), the agreed link rate, the
 agreed codec seconds, what kv.policy_decisions() reports at the end, the byte counters
 and the final weights; kvstore_ext's log lines (INFO) go to stdout. ``--codec-seconds``
 (one number per rank) makes each worker report that its codecs take that long a step
-through the scheme's ``codec_timer`` hook, instead of timing them."""
+through the scheme's ``codec_timer`` hook, instead of timing them. ``--slow-plan``
+(seconds per rank, and 'compressed' or 'float32') makes a worker's step that long
+slower while its keys go that way: a plan's cost the trial of policy='auto' must see
+(plan_trial.py)."""
 import argparse
 import json
 import logging
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -31,7 +35,10 @@ def main():
     parser.add_argument('--out', required=True)
     parser.add_argument('--codec-seconds', default=None,
                         help='JSON list: the codec seconds each rank reports')
+    parser.add_argument('--slow-plan', default=None,
+                        help='JSON [[seconds per rank], "compressed" or "float32"]')
     args = parser.parse_args()
+    slow, slow_when = json.loads(args.slow_plan) if args.slow_plan else ([], None)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout)
 
     import mxnet as mx
@@ -55,6 +62,9 @@ def main():
         weights[key] = out.asnumpy()
     info = {'rank': kv.rank, 'compressed': {}, 'rate': {}}
     for step in range(args.steps):
+        if slow_when is not None and step:     # the plan of the step before
+            if any(info['compressed'][step - 1].values()) == (slow_when == 'compressed'):
+                time.sleep(slow[kv.rank])
         for key in SHAPES:
             vals = [mx.nd.array(gradient(kv.rank, step, key, d), ctx=c)
                     for d, c in enumerate(ctxs)]
