@@ -1,32 +1,42 @@
 """policy='auto''s plan tried in the job before it is kept: a few steps with every key
-float32, a few with the rule's plan, and the faster of the two stays.
+float32, a few with the rule's plan, a few with every key compressed, and the fastest
+stays.
 
 Why: the rule (policy.py) prices a key by its codec seconds and its bytes, as if the
-key travelled alone. In a job a compressed key costs more than that: its encoder waits
-for its gradient, the plugin's operators run one after another in MXNet's engine (so
+key travelled alone. In a job a key costs otherwise: a compressed key's encoder waits for
+its gradient, the plugin's operators run one after another in MXNet's engine (so
 compressed keys' rounds follow one another: docs/DESIGN.md, "What a step may wait for in
-the engine"), and the float32 transfer it replaces was partly hidden behind the backward
-pass. On the emulated cluster at 1 Gbit/s and unshaped links the rule compressed one or
-two of the resnet-like net's conv layers and the step took 1.10-1.15x the all-float32
-step (docs/COST_MODEL.md). The job's own step times see every such cost, whatever its
-cause, so the rule's plan is kept only if the job runs faster with it.
+the engine"), and a float32 transfer partly hides behind the backward pass. On the
+emulated cluster at 1 Gbit/s and unshaped links the rule compressed one or two of the
+resnet-like net's conv layers where every key float32 was faster, and sent the vgg-like
+net float32 at 8 workers where Hylo's plan was faster (docs/COST_MODEL.md). The job's own
+step times see every such cost, whatever its cause, so the plan is chosen by them.
 
 How (``PlanTrial``): from the step the rule first decides with its final inputs (the
-agreed rate and codec seconds), ``steps`` steps go all float32, then ``steps`` with the
-rule's plan. Each worker times its steps (from one step's first key to the next step's),
-leaves out the first step of each phase (it carries the switch: a re-plan, a first
-compressed round), and takes the median of the rest. One Sum round then gives every
-worker the sum over workers of both medians, so every worker keeps the same plan: the
-rule's if its sum is lower, else every key float32. A rule that compresses no key is
-not tried. A re-plan at a newly agreed rate tries again.
+agreed rate and codec seconds), ``steps`` steps go all float32 (``FLOAT32``), then
+``steps`` with the rule's plan (``RULE``) if it compresses some key, then ``steps`` with
+every key the scheme would compress compressed (``SCHEME``) if the rule sent some of them
+float32. Each worker times its steps (from one step's first key to the next step's),
+leaves out the first step of each plan (it carries the switch: a re-plan, a first
+compressed round), and takes the median of the rest. One Sum round gives every worker
+the sum over workers of each plan's median, so every worker keeps the same plan: the
+faster compressed one if it beats float32 by ``KEEP_MARGIN``, else every key float32
+(compression delays part of the gradient in the residual, and the medians of a few steps
+differ by a few percent from noise alone: a plan that is not clearly faster is not worth
+it). A re-plan at a newly agreed rate tries again.
 
-The cost: ``steps`` steps at the slower plan, once (and at each new rate), against a
-plan that may cost every step 10-15%.
+The cost: a few steps at slower plans, once (and at each new rate), against a plan that
+may cost every step 10% or more.
 """
 import statistics
 import time
 
 import numpy as np
+
+# The plans a trial times, in order.
+FLOAT32, RULE, SCHEME = 'float32', 'rule', 'scheme'
+# A compressed plan is kept only if its step is this much shorter than float32's.
+KEEP_MARGIN = 0.03
 
 # States of a trial.
 FRESH = 'fresh'          # not begun: begins at the rule's first decision with final inputs
@@ -35,89 +45,103 @@ DECIDED = 'decided'
 
 
 class PlanTrial:
-    """One worker's trial of the rule's plan against all float32 (module docstring).
+    """One worker's trial of the plans (module docstring).
 
-    ``steps``: steps a phase (0: no trial; the rule's plan is kept untried). The store
-    calls ``clock`` at each step's first key; the scheme asks ``float32(step)`` whether
-    a key goes float32 by the trial, ``wants`` what the rule chose, ``replans_at`` where
-    the trial switches, and ``decides_at`` where it agrees (``decide``)."""
+    ``steps``: steps a plan (0: no trial; the rule's plan is kept untried). The store
+    calls ``clock`` at each step's first key; the scheme tells ``noted`` what the rule
+    chose for a key, asks ``plan(step)`` which plan its keys follow, ``replans_at``
+    where the trial switches, and ``decides_at`` where it agrees (``decide``)."""
 
     def __init__(self, steps):
         self.steps = int(steps)
         self.state = FRESH if self.steps > 0 else DECIDED
         self.start = None           # the step the trial began at
-        self.switches = ()          # the steps where keys change plan (kept once decided)
-        self.kept = True            # the rule's plan stays (False: every key float32)
-        self.compresses = False     # the rule compressed some key while the trial ran
+        self.kept = RULE            # the plan that stays once decided
+        self.compresses = False     # the rule compressed some key (RULE is tried)
+        self.declines = False       # the rule sent some key float32 (SCHEME is tried)
         self.times = {}             # step -> this worker's clock at the step's first key
-        self.seconds = None         # agreed (float32 s, plan s): sums of the medians
+        self.seconds = None         # {plan: the workers' mean median step}, once agreed
+        self.decided_at = None      # the step it decided at
 
     def begin(self, step):
         """Start a trial at ``step`` (the rule's first decision with final inputs)."""
         if self.state == FRESH:
             self.state, self.start, self.times = RUNNING, int(step), {}
-            self.switches = (self.start + self.steps, self.start + 2 * self.steps)
-            self.compresses, self.seconds = False, None
+            self.compresses = self.declines = False
+            self.seconds = self.decided_at = None
 
     def retry(self):
         """Try again at the rule's next decision (a newly agreed rate)."""
         if self.steps > 0:
-            self.state, self.kept = FRESH, True
+            self.state, self.kept = FRESH, RULE
+
+    def noted(self, compressed):
+        """What the rule chose for a key (called as each key is planned)."""
+        if self.state == RUNNING:
+            self.compresses = self.compresses or compressed
+            self.declines = self.declines or not compressed
+
+    def plans(self):
+        """The plans this trial times, in order (every key's choice is made at the
+        trial's first step, so this is fixed from the next step on)."""
+        return [FLOAT32] + [RULE] * self.compresses + [SCHEME] * self.declines
+
+    def plan(self, step):
+        """The plan keys follow at ``step``: FLOAT32, RULE or SCHEME."""
+        if self.state != RUNNING:
+            return self.kept
+        plans = self.plans()
+        return plans[min((step - self.start) // self.steps, len(plans) - 1)]
 
     def clock(self, step):
         """This worker's clock at the first key of ``step``."""
         if self.state == RUNNING:
             self.times[step] = time.perf_counter()
 
-    def float32(self, step):
-        """True if a key goes float32 at ``step`` whatever the rule says: the trial's
-        float32 phase, or a trial that kept float32."""
-        if self.state == RUNNING:
-            return step < self.start + self.steps or not self.compresses
-        return not self.kept
-
-    def wants(self, compressed):
-        """Note what the rule chose for a key during the float32 phase."""
-        if self.state == RUNNING and compressed:
-            self.compresses = True
+    def _end(self):
+        return self.start + self.steps * len(self.plans())
 
     def replans_at(self, step):
-        """The steps where keys change plan: the plan phase's first, and the step after
-        it (where the trial decides, before its keys re-plan)."""
-        return step in self.switches
+        """The steps where keys change plan: each plan's first, and the step after the
+        last plan (where the trial decides, before its keys re-plan)."""
+        if self.state == RUNNING:
+            return step > self.start and (step - self.start) % self.steps == 0 \
+                and step <= self._end()
+        return step == self.decided_at
 
     def decides_at(self, step):
-        return self.state == RUNNING and step == self.start + 2 * self.steps
+        return self.state == RUNNING and step == self._end()
 
     def phase_seconds(self, first):
-        """This worker's median step of the phase that began at step ``first``, its
+        """This worker's median step of the plan that began at step ``first``, its
         first step left out (0.0 if it timed fewer than one)."""
         steps = range(first + 1, first + self.steps)
         seconds = [self.times[s + 1] - self.times[s] for s in steps
                    if s in self.times and s + 1 in self.times]
         return statistics.median(seconds) if seconds else 0.0
 
-    def decide(self, share, workers):
-        """Agree on the plan (one Sum round, if the rule compressed some key): every
-        worker keeps the rule's plan if the workers' medians with it sum lower.
-        ``seconds``: the workers' mean median step of each phase."""
-        if self.compresses:
+    def decide(self, share, workers, step):
+        """Agree on the plan at ``step``: one Sum round of every worker's medians (none if
+        float32 is the only plan), and the same plan kept on every worker."""
+        plans = self.plans()
+        self.kept = FLOAT32
+        if len(plans) > 1:
             from mxnet import ndarray
-            mine = [self.phase_seconds(self.start), self.phase_seconds(self.start + self.steps)]
-            total = share(ndarray.array(mine, dtype=np.float32)).asnumpy()
-            self.seconds = (float(total[0]) / workers, float(total[1]) / workers)
-            self.kept = self.seconds[1] < self.seconds[0]
-        self.state, self.times = DECIDED, {}
+            mine = [self.phase_seconds(self.start + i * self.steps) for i in range(len(plans))]
+            total = share(ndarray.array(mine, dtype=np.float32)).asnumpy() / workers
+            self.seconds = {p: float(s) for p, s in zip(plans, total)}
+            fastest = min(plans[1:], key=self.seconds.get)
+            if self.seconds[fastest] < (1 - KEEP_MARGIN) * self.seconds[FLOAT32]:
+                self.kept = fastest
+        self.state, self.times, self.decided_at = DECIDED, {}, step
 
     def as_dict(self):
         """Where the trial is and what it found, for policy_report: 'start' (its first
-        step), 'steps', 'decided', 'tried' (False: the rule compressed no key, so
-        nothing was timed), the workers' mean median step of each phase ('float32_s',
-        'plan_s') and 'kept' (the rule's plan stays); None before it began."""
+        step), 'steps', 'plans' (in the order tried), 'decided', 'seconds' ({plan: the
+        workers' mean median step}; None: nothing was timed, float32 the only plan)
+        and 'kept' (the plan that stays); None before it began."""
         if self.start is None:
             return None
-        return {'start': self.start, 'steps': self.steps, 'decided': self.state == DECIDED,
-                'tried': self.seconds is not None,
-                'float32_s': None if self.seconds is None else self.seconds[0],
-                'plan_s': None if self.seconds is None else self.seconds[1],
-                'kept': self.kept}
+        return {'start': self.start, 'steps': self.steps, 'plans': self.plans(),
+                'decided': self.state == DECIDED, 'seconds': self.seconds,
+                'kept': self.kept if self.state == DECIDED else None}

@@ -25,6 +25,11 @@ docs/COST_MODEL.md states: nothing overlaps (codec time adds to the wire time; a
 communication does not hide behind compute), a codec whose speed is not known is kept
 compressed (the scheme's own choice).
 
+What the rule cannot price (a compressed key's waits in the engine, the float32 transfer
+that hid behind the backward pass) the job's own step times see: the rule's plan, every
+key float32 and every key compressed are each run for a few steps, and the fastest stays
+(plan_trial.py, ``trial_steps``).
+
 Every worker must decide the same, or the workers would push different codecs under
 one key (a hang or garbage). The inputs are: the shape, the scheme's parameters (held
 equal by fingerprint.py), the workers, the servers (``DMLC_NUM_SERVER``, the same on

@@ -33,9 +33,8 @@ def decisions(store):
     the plans use, 0 with a given rate), 'link_rate_given', 'codec_times', 'rate_fit' (this
     worker's own policy.RateFit as a dict, None without a measured rate),
     'codec_timing_s' (the seconds this worker spent timing the codecs and agreeing on
-    their times, once a job; None if it did not: codec_timing.py), 'trial' (what the
-    trial of the rule's plan against float32 found: plan_trial.PlanTrial.as_dict, None
-    until it decided),
+    their times, once a job; None if it did not: codec_timing.py), 'trial' (the trial of
+    the plans in the job: plan_trial.PlanTrial.as_dict, None before it began),
     'compressed': {key as str: bool} of the keys planned so far}; None unless the
     store's scheme runs policy='auto'."""
     scheme = store.scheme
@@ -71,13 +70,12 @@ def line(found):
     trial = found.get('trial')
     tried = ''
     if trial is not None and not trial['decided']:
-        start, steps = trial['start'], trial['steps']
-        tried = ('; its plan on trial against float32 (steps %d-%d float32, %d-%d the plan)'
-                 % (start, start + steps - 1, start + steps, start + 2 * steps - 1))
-    elif trial is not None and trial['tried']:
-        tried = ('; its plan tried against float32 in the job: %.1f ms a step against '
-                 '%.1f, %s' % (1e3 * trial['plan_s'], 1e3 * trial['float32_s'],
-                                'kept' if trial['kept'] else 'every key float32'))
+        tried = ('; plans on trial from step %d, %d steps each: %s'
+                 % (trial['start'], trial['steps'], ', '.join(trial['plans'])))
+    elif trial is not None and trial['seconds']:
+        tried = ('; plans tried in the job (ms a step): %s; kept: %s' % (
+            ', '.join('%s %.1f' % (p, 1e3 * s) for p, s in trial['seconds'].items()),
+            trial['kept']))
     return ("policy='auto': link rate %.0f Mbit/s, %s, a round %.2f ms, codec times %s%s: "
             "%d of %d keys compressed%s"
             % (found['rate_bits'] / 1e6, how, 1e3 * found['round_s'], times, tried,

@@ -45,23 +45,29 @@ def summing(*others):
     return share
 
 
-def test_phases_and_switches():
-    trial = PlanTrial(3)
-    trial.begin(1)
-    trial.begin(2)                       # begun once: a later call changes nothing
-    assert trial.start == 1 and trial.switches == (4, 7)
-    trial.wants(True)
-    assert [trial.float32(s) for s in range(1, 7)] == [True] * 3 + [False] * 3
-    assert [s for s in range(12) if trial.replans_at(s)] == [4, 7]
-    assert [s for s in range(12) if trial.decides_at(s)] == [7]
-    nothing = PlanTrial(3)
-    nothing.begin(1)
-    nothing.wants(False)
-    assert all(nothing.float32(s) for s in range(1, 7))    # no key to try
+def test_plans_and_switches():
+    """float32 first, then the rule's plan if it compresses a key, then every key
+    compressed if the rule sent one float32; a switch at each plan's first step and
+    the decision at the step after the last."""
+    from kvstore_ext.plan_trial import FLOAT32, RULE, SCHEME
+    for compressed, plans in (([True, False], [FLOAT32, RULE, SCHEME]),
+                              ([True, True], [FLOAT32, RULE]),
+                              ([False], [FLOAT32, SCHEME])):
+        trial = PlanTrial(3)
+        trial.begin(1)
+        trial.begin(2)                   # begun once: a later call changes nothing
+        for c in compressed:
+            trial.noted(c)
+        assert trial.start == 1 and trial.plans() == plans
+        assert [trial.plan(s) for s in range(1, 1 + 3 * len(plans))] == \
+            [p for p in plans for _ in range(3)]
+        end = 1 + 3 * len(plans)
+        assert [s for s in range(30) if trial.replans_at(s)] == list(range(4, end + 1, 3))
+        assert [s for s in range(30) if trial.decides_at(s)] == [end]
 
 
-def test_median_leaves_out_each_phase_first_step(monkeypatch):
-    """The first step of each phase carries the switch: a slow one does not count."""
+def test_median_leaves_out_each_plan_first_step(monkeypatch):
+    """The first step of each plan carries the switch: a slow one does not count."""
     clock = Clock(monkeypatch)
     trial = PlanTrial(4)
     trial.begin(1)
@@ -71,62 +77,68 @@ def test_median_leaves_out_each_phase_first_step(monkeypatch):
     assert trial.phase_seconds(5) == 5.0
 
 
-@pytest.mark.parametrize('plan_s, other_float32_s, other_plan_s, kept', [
-    (1.0, 2.0, 2.5, True),      # both faster with the plan
-    (1.0, 1.0, 3.5, False),     # faster here, much slower on the other worker: the sum
-    (3.0, 2.0, 1.0, False),     # equal sums: not faster, every key float32
+@pytest.mark.parametrize('here, other, kept', [
+    ([2.0, 1.0, 1.5], [2.0, 1.0, 1.5], 'rule'),       # the rule's plan fastest
+    ([2.0, 1.0, 0.5], [2.0, 1.0, 0.5], 'scheme'),     # every key compressed fastest
+    ([2.0, 1.0, 3.0], [2.0, 3.5, 3.0], 'float32'),    # faster here, not in the sum
+    ([2.0, 1.97, 3.0], [2.0, 1.97, 3.0], 'float32'),  # 1.5% faster: within the margin
 ])
-def test_decision_is_the_sum_over_workers(monkeypatch, plan_s, other_float32_s,
-                                          other_plan_s, kept):
+def test_decision_is_the_sum_over_workers(monkeypatch, here, other, kept):
     clock = Clock(monkeypatch)
     trial = PlanTrial(3)
     trial.begin(1)
-    trial.wants(True)
-    clock.run(trial, range(1, 8), lambda s: 2.0 if s < 4 else plan_s)
-    trial.decide(summing([other_float32_s, other_plan_s]), 2)
-    assert trial.kept is kept
-    assert trial.seconds == pytest.approx(((2.0 + other_float32_s) / 2,
-                                           (plan_s + other_plan_s) / 2))
-    assert all(trial.float32(s) is not kept for s in (7, 8, 500))
-    assert trial.as_dict() == {'start': 1, 'steps': 3, 'decided': True, 'tried': True,
-                               'float32_s': trial.seconds[0], 'plan_s': trial.seconds[1],
-                               'kept': kept}
+    trial.noted(True)
+    trial.noted(False)
+    clock.run(trial, range(1, 11), lambda s: here[min((s - 1) // 3, 2)])
+    trial.decide(summing(other), 2, 10)
+    assert trial.kept == kept
+    assert trial.seconds == pytest.approx(
+        {p: (a + b) / 2 for p, a, b in zip(('float32', 'rule', 'scheme'), here, other)})
+    assert all(trial.plan(s) == kept for s in (10, 11, 500))
+    assert trial.replans_at(10) and not trial.replans_at(13)    # its keys re-plan
+    assert trial.as_dict() == {'start': 1, 'steps': 3, 'plans': ['float32', 'rule', 'scheme'],
+                               'decided': True, 'seconds': trial.seconds, 'kept': kept}
 
 
-def test_no_key_compressed_no_round():
+def test_no_key_to_try_no_round():
     trial = PlanTrial(2)
     trial.begin(0)
-    trial.wants(False)
 
     def share(array):
-        raise AssertionError('no round without a key to try')
-    trial.decide(share, 2)
-    assert trial.kept and trial.as_dict()['tried'] is False
+        raise AssertionError('no round without a plan to try')
+    trial.decide(share, 2, 2)
+    assert trial.kept == 'float32' and trial.as_dict()['seconds'] is None
 
 
 def test_zero_steps_keeps_the_rule_untried():
     trial = PlanTrial(0)
     trial.begin(1)
-    trial.wants(True)
-    assert not trial.float32(1) and not any(trial.replans_at(s) for s in range(20))
+    trial.noted(True)
+    assert trial.plan(1) == 'rule' and not any(trial.replans_at(s) for s in range(20))
     assert trial.as_dict() is None
 
 
-def test_hylo_tries_its_plan_and_keeps_float32_if_slower(monkeypatch):
-    """A given slow rate and the shipped table: the rule compresses from step 0, so the
-    trial begins there: float32 for 2 steps, the plan for 2, then the plan was slower
-    here and on the other worker: every key float32, re-planned at the decision step."""
+def test_hylo_tries_its_plans_and_keeps_the_fastest(monkeypatch):
+    """A given rate (5 Gbit/s) and the shipped table: the rule compresses the large conv
+    layer and not the small one from step 0, so the trial begins there: float32 for 2 steps, the
+    rule's plan for 2, every key compressed for 2; every key compressed was fastest,
+    here and on the other worker: both keys compressed from the decision step."""
     clock = Clock(monkeypatch)
-    scheme = Hylo(policy='auto', link_rate=1e3, codec_times='shipped', trial_steps=2)
+    small = (40, 8, 3, 3)
+    scheme = Hylo(policy='auto', link_rate=5e9, codec_times='shipped', trial_steps=2,
+                  size_threshold=100)
     scheme.num_workers = 2
-    assert scheme.codec_for(CONV, f32, step=0).passthrough
-    assert [s for s in range(10) if scheme.replans_at(s)] == [2, 4]
-    assert not scheme.codec_for(CONV, f32, step=2).passthrough
-    clock.run(scheme, range(0, 5), lambda s: 1.0 if s < 2 else 1.5)
-    scheme.settle(4, 0, summing([1.0, 1.4]))
-    assert scheme.codec_for(CONV, f32, step=4).passthrough
-    assert scheme.replans_at(4)           # after the decision too: every key re-plans
-    assert scheme.trial.as_dict()['kept'] is False
+    assert policy.compresses(scheme.conv_codec(CONV, scheme.conv_k(CONV)), 2, 1, 5e9)
+    assert not policy.compresses(scheme.conv_codec(small, scheme.conv_k(small)), 2, 1, 5e9)
+    plans = [(scheme.codec_for(CONV, f32, step=s).passthrough,
+              scheme.codec_for(small, f32, step=s).passthrough) for s in (0, 2, 4)]
+    assert plans == [(True, True), (False, True), (False, False)]
+    assert [s for s in range(10) if scheme.replans_at(s)] == [2, 4, 6]
+    clock.run(scheme, range(0, 7), lambda s: [1.0, 0.9, 0.5][min(s // 2, 2)])
+    scheme.settle(6, 0, summing([1.0, 0.9, 0.6]))
+    assert scheme.trial.kept == 'scheme' and scheme.replans_at(6)
+    assert not scheme.codec_for(CONV, f32, step=6).passthrough
+    assert not scheme.codec_for(small, f32, step=6).passthrough
 
 
 def test_a_new_rate_tries_again(monkeypatch):
@@ -144,11 +156,12 @@ def test_a_new_rate_tries_again(monkeypatch):
     assert scheme.measures_link(0)        # as the store asks: the meter is made
     scheme.link_meter.add(1e3 / 8, 1.0)
     scheme.settle(1, 0, rate_round)
-    assert scheme.codec_for(CONV, f32, step=1).passthrough        # the float32 phase
-    assert not scheme.codec_for(CONV, f32, step=3).passthrough    # the plan's
+    assert scheme.codec_for(CONV, f32, step=1).passthrough        # the float32 plan
+    assert not scheme.codec_for(CONV, f32, step=3).passthrough    # the rule's
     clock.run(scheme, range(1, 6), lambda s: 2.0 if s < 3 else 1.0)
     scheme.settle(5, 0, lambda a: ndarray.array(a.asnumpy(), dtype=f32))
-    assert scheme.trial.kept and not scheme.codec_for(CONV, f32, step=5).passthrough
+    assert scheme.trial.kept == 'rule'
+    assert not scheme.codec_for(CONV, f32, step=5).passthrough
     step = policy.REMEASURE_STEPS
     scheme.link_meter.add(1e9 / 8, 1.0)
     scheme.settle(step, 0, rate_round)
@@ -168,23 +181,25 @@ def run_job(tmp_path, job_env, params, steps, slow_plan):
     return infos, weights
 
 
-@pytest.mark.parametrize('slow_when, kept', [('compressed', False), ('float32', True)])
+@pytest.mark.parametrize('slow_when, kept', [('compressed', 'float32'), ('float32', 'rule')])
 def test_dist_every_worker_keeps_the_same_plan(tmp_path, job_env, slow_when, kept):
-    """Two workers; only rank 1's steps are slower (by 0.3 s) with one of the plans, so
+    """Two workers; only rank 1's steps are slower (by 0.3 s) while keys go one way, so
     the trial's verdict is known: both workers keep the same plan, from the step the
-    trial decided, with the same agreed seconds and the same weights."""
+    trial decided, with the same agreed seconds and the same weights. (The rule
+    compresses every key Hylo would at this rate: two plans, float32 and the rule's.)"""
     params = {'size_threshold': 100, 'policy': 'auto', 'link_rate': 1e3,
               'codec_times': 'shipped', 'trial_steps': 3}
     infos, weights = run_job(tmp_path, job_env, params, 8, [[0.0, 0.3], slow_when])
     a, b = infos
     assert a['compressed'] == b['compressed']
-    assert a['policy']['trial'] == b['policy']['trial']
-    assert a['policy']['trial']['kept'] is kept and a['policy']['trial']['tried']
+    trial = a['policy']['trial']
+    assert trial == b['policy']['trial']
+    assert trial['plans'] == ['float32', 'rule'] and trial['kept'] == kept
     rule = {'conv': True, 'fc': True, 'bias': False, 'wide': True}
     none = dict.fromkeys(rule, False)
-    want = [none] * 3 + [rule] * 3 + [rule if kept else none] * 2
+    want = [none] * 3 + [rule] * 3 + [rule if kept == 'rule' else none] * 2
     assert [a['compressed'][str(s)] for s in range(8)] == want
-    slower = a['policy']['trial']['plan_s' if slow_when == 'compressed' else 'float32_s']
+    slower = trial['seconds']['rule' if slow_when == 'compressed' else 'float32']
     assert slower > 0.3 / 2      # rank 1's 0.3 s, over 2 workers
     for key in weights[0]:
         assert np.array_equal(weights[0][key], weights[1][key]), key

@@ -38,8 +38,9 @@ POLICY_PARAMS = {
                          choices=('measured', 'shipped'), rank='leave'),
     'trial_steps': Param('int', 6, "policy='auto': the rule's plan is tried in the job "
                          'before it is kept: this many steps with every key float32, this '
-                         'many with the plan, and the faster stays (plan_trial.py); again '
-                         'at a newly agreed rate. 0: the plan is kept untried',
+                         "many with the rule's plan, this many with every key compressed, "
+                         'and the fastest stays (plan_trial.py); again at a newly agreed '
+                         "rate. 0: the rule's plan is kept untried",
                          low=0, rank='leave'),
 }
 
@@ -174,7 +175,8 @@ class Scheme:
         """``codec``, or float32 where policy='auto' predicts that faster (policy.py):
         the given ``link_rate``, else the agreed measured one (float32 until agreed),
         with the agreed codec seconds once settled (codec_times='measured'), else the
-        shipped table; then tried against every key float32 (plan_trial.py)."""
+        shipped table; then tried in the job against every key float32 and every key
+        compressed (plan_trial.py)."""
         if self.params.get('policy', 'compress') != 'auto':
             return codec
         untimed = self.times_codecs() and self.codec_speeds is None
@@ -189,10 +191,12 @@ class Scheme:
                                         self.agreed_round_s)
         if untimed:                 # not final: the codecs' seconds come at step 1
             return codec if compressed else self.uncompressed(codec.shape, np.float32)
+        from .. import plan_trial
         trial = self.plan_trial()
         trial.begin(step)
-        trial.wants(compressed)
-        if compressed and not trial.float32(step):
+        trial.noted(compressed)
+        plan = trial.plan(step)
+        if plan == plan_trial.SCHEME or plan == plan_trial.RULE and compressed:
             return codec
         return self.uncompressed(codec.shape, np.float32)
 
@@ -237,7 +241,7 @@ class Scheme:
         policy.RATE_CHANGE times (then the plan is tried again); at the end of the
         trial, agree on its plan (plan_trial.py)."""
         if self.trial is not None and self.trial.decides_at(step):
-            self.trial.decide(share, self.num_workers)
+            self.trial.decide(share, self.num_workers, step)
         if self.times_codecs() and self.codec_speeds is None:
             from .. import codec_timing
             start = time.perf_counter()
