@@ -62,13 +62,14 @@ class PlanTrial:
         self.times = {}             # step -> this worker's clock at the step's first key
         self.seconds = None         # {plan: the workers' mean median step}, once agreed
         self.decided_at = None      # the step it decided at
+        self.worker_steps = None    # {plan: this worker's timed step seconds}, once agreed
 
     def begin(self, step):
         """Start a trial at ``step`` (the rule's first decision with final inputs)."""
         if self.state == FRESH:
             self.state, self.start, self.times = RUNNING, int(step), {}
             self.compresses = self.declines = False
-            self.seconds = self.decided_at = None
+            self.seconds = self.decided_at = self.worker_steps = None
 
     def retry(self):
         """Try again at the rule's next decision (a newly agreed rate)."""
@@ -112,12 +113,17 @@ class PlanTrial:
     def decides_at(self, step):
         return self.state == RUNNING and step == self._end()
 
+    def phase_steps(self, first):
+        """This worker's step seconds of the plan that began at step ``first``, its first
+        step left out."""
+        steps = range(first + 1, first + self.steps)
+        return [self.times[s + 1] - self.times[s] for s in steps
+                if s in self.times and s + 1 in self.times]
+
     def phase_seconds(self, first):
         """This worker's median step of the plan that began at step ``first``, its
         first step left out (0.0 if it timed fewer than one)."""
-        steps = range(first + 1, first + self.steps)
-        seconds = [self.times[s + 1] - self.times[s] for s in steps
-                   if s in self.times and s + 1 in self.times]
+        seconds = self.phase_steps(first)
         return statistics.median(seconds) if seconds else 0.0
 
     def decide(self, share, workers, step):
@@ -127,6 +133,8 @@ class PlanTrial:
         self.kept = FLOAT32
         if len(plans) > 1:
             from mxnet import ndarray
+            self.worker_steps = {p: self.phase_steps(self.start + i * self.steps)
+                                 for i, p in enumerate(plans)}
             mine = [self.phase_seconds(self.start + i * self.steps) for i in range(len(plans))]
             total = share(ndarray.array(mine, dtype=np.float32)).asnumpy() / workers
             self.seconds = {p: float(s) for p, s in zip(plans, total)}
@@ -138,10 +146,12 @@ class PlanTrial:
     def as_dict(self):
         """Where the trial is and what it found, for policy_report: 'start' (its first
         step), 'steps', 'plans' (in the order tried), 'decided', 'seconds' ({plan: the
-        workers' mean median step}; None: nothing was timed, float32 the only plan)
-        and 'kept' (the plan that stays); None before it began."""
+        workers' mean median step}; None: nothing was timed, float32 the only plan),
+        'worker_steps' ({plan: this worker's timed steps in seconds}: what its median
+        came from) and 'kept' (the plan that stays); None before it began."""
         if self.start is None:
             return None
         return {'start': self.start, 'steps': self.steps, 'plans': self.plans(),
                 'decided': self.state == DECIDED, 'seconds': self.seconds,
+                'worker_steps': self.worker_steps,
                 'kept': self.kept if self.state == DECIDED else None}

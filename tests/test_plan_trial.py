@@ -96,8 +96,12 @@ def test_decision_is_the_sum_over_workers(monkeypatch, here, other, kept):
         {p: (a + b) / 2 for p, a, b in zip(('float32', 'rule', 'scheme'), here, other)})
     assert all(trial.plan(s) == kept for s in (10, 11, 500))
     assert trial.replans_at(10) and not trial.replans_at(13)    # its keys re-plan
-    assert trial.as_dict() == {'start': 1, 'steps': 3, 'plans': ['float32', 'rule', 'scheme'],
-                               'decided': True, 'seconds': trial.seconds, 'kept': kept}
+    found = trial.as_dict()
+    steps = found.pop('worker_steps')      # this worker's own steps, the first left out
+    assert found == {'start': 1, 'steps': 3, 'plans': ['float32', 'rule', 'scheme'],
+                     'decided': True, 'seconds': trial.seconds, 'kept': kept}
+    for plan, x in zip(('float32', 'rule', 'scheme'), here):
+        assert steps[plan] == pytest.approx([x, x])
 
 
 def test_no_key_to_try_no_round():
@@ -192,8 +196,11 @@ def test_dist_every_worker_keeps_the_same_plan(tmp_path, job_env, slow_when, kep
     infos, weights = run_job(tmp_path, job_env, params, 8, [[0.0, 0.3], slow_when])
     a, b = infos
     assert a['compressed'] == b['compressed']
-    trial = a['policy']['trial']
-    assert trial == b['policy']['trial']
+    trial, other = a['policy']['trial'], b['policy']['trial']
+    for found in (trial, other):          # each worker's own steps: 2 timed a plan
+        steps = found.pop('worker_steps')
+        assert sorted(steps) == ['float32', 'rule'] and all(len(v) == 2 for v in steps.values())
+    assert trial == other
     assert trial['plans'] == ['float32', 'rule'] and trial['kept'] == kept
     rule = {'conv': True, 'fc': True, 'bias': False, 'wide': True}
     none = dict.fromkeys(rule, False)

@@ -166,7 +166,7 @@ class Scheme:
                                 # with a given link_rate: nothing is timed)
     codec_speeds = None         # agreed codec seconds (codec_times='measured', codec_timing.py)
     codec_timing_s = None       # what timing and agreeing on them took this worker (once)
-    trial = None                # the rule's plan tried against float32 (plan_trial.py)
+    trial = None                # the plans tried in the job (plan_trial.py)
     # A hook: (codec, workers, chunk_size) -> {cost.signature of a chunk codec: (worker s,
     # servers' s per payload)}, this worker's timing; None: codec_timing.measure
     codec_timer = None
@@ -201,7 +201,7 @@ class Scheme:
         return self.uncompressed(codec.shape, np.float32)
 
     def plan_trial(self):
-        """policy='auto''s trial of the rule's plan (plan_trial.py), made at first use."""
+        """policy='auto''s trial of the plans in the job (plan_trial.py), made at first use."""
         if self.trial is None:
             from ..plan_trial import PlanTrial
             self.trial = PlanTrial(self.params['trial_steps'])
