@@ -1,5 +1,5 @@
-"""policy='auto''s plan tried in the job before it is kept: a few steps with every key
-float32, a few with the rule's plan, a few with every key compressed, and the fastest
+"""policy='auto''s plans tried in the job before one is kept: a few steps with every
+key float32, a few with the rule's plan, a few with every key compressed, and the fastest
 stays.
 
 Why: the rule (policy.py) prices a key by its codec seconds and its bytes, as if the

@@ -114,6 +114,13 @@ def test_no_key_to_try_no_round():
     assert trial.kept == 'float32' and trial.as_dict()['seconds'] is None
 
 
+def test_one_step_is_refused():
+    """A plan's first step is not timed: one step a plan would time nothing."""
+    with pytest.raises(ValueError, match='trial_steps must be 0'):
+        Hylo(policy='auto', trial_steps=1)
+    Hylo(policy='auto', trial_steps=2)
+
+
 def test_zero_steps_keeps_the_rule_untried():
     trial = PlanTrial(0)
     trial.begin(1)
