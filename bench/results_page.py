@@ -1205,7 +1205,7 @@ def _policy_trial_words():
         table(POLICY_TABLE[0] + ['plans kept'], rows, POLICY_TABLE[1] + ['---']),
         src(POLICY_TRIAL),
         'Against the rule alone (the first table of this part: %d and %d of 12 cells, '
-        'measured on another day, when the better fixed choice of some cells differed, '
+        'measured in other runs, where the better fixed choice of some cells differed, '
         'e.g. `resnet` at 2 workers and 1 Gbit/s was faster all float32), the trial gives '
         'up the misses where the rule compressed `resnet`\'s conv layers. What is left: '
         'at 8 workers on `resnet` the trial kept float32 in every pass, the plan '
