@@ -1148,7 +1148,7 @@ def section_policy_fast_links():
     """'auto' where its targets were missed (1 Gbit/s and unshaped), with five times the
     timed steps and the cells repeated: is a miss the policy or the noise?"""
     data = load(POLICY_FAST_LINKS)
-    rows, cells = _policy_pass_rows(data)
+    rule_rows, cells = _policy_pass_rows(data)
     cfg = data['passes'][0]['config']
     parts = [
         'The cells at 1 Gbit/s and unshaped again, with %d timed steps a job (%d warm-up) '
@@ -1158,7 +1158,7 @@ def section_policy_fast_links():
         'above, pass by pass. %s'
         % (cfg['steps'], cfg['warmup'], load('cost_model_validation.json')['config']['steps'],
            ' or '.join(sorted({str(len(ps)) for ps in cells.values()})), data['note']),
-        table(POLICY_TABLE[0], rows, POLICY_TABLE[1]),
+        table(POLICY_TABLE[0], rule_rows, POLICY_TABLE[1]),
         src(POLICY_FAST_LINKS), _policy_resnet_words(data)]
     priced = load(POLICY_ROUNDS_PRICED)
     rows, _ = _policy_pass_rows(priced)
@@ -1170,13 +1170,14 @@ def section_policy_fast_links():
         '(`round_s` in `kv.policy_decisions()`; docs/COST_MODEL.md, "The policy"). '
         'The 8-worker cells again, with it: %s' % priced['note'],
         table(POLICY_TABLE[0], rows, POLICY_TABLE[1]), src(POLICY_ROUNDS_PRICED),
-        _policy_trial_words()]
+        _policy_trial_words(rule_rows)]
     return '\n\n'.join(parts)
 
 
-def _policy_trial_words():
+def _policy_trial_words(rule_rows):
     """The fast-link cells with the plans tried in the job (plan_trial.py): auto against
-    the targets, and the plan each pass kept."""
+    the targets, and the plan each pass kept; ``rule_rows``: _policy_pass_rows of the
+    same cells by the rule alone (POLICY_FAST_LINKS)."""
     data = load(POLICY_TRIAL)
     rows, cells = _policy_pass_rows(data)
     kept = {}
@@ -1188,7 +1189,8 @@ def _policy_trial_words():
                     trial['kept'])
     for row in rows:
         row.append(', '.join(kept.get((row[0], row[1], row[2]), [])))
-    met = [sum(1 for row in rows if row[col] == 'yes') for col in (6, 9)]
+    def met(table_rows):
+        return [sum(1 for row in table_rows if row[col] == 'yes') for col in (6, 9)]
     wrong = _trial_wrong_picks(data)
     cfg = data['passes'][0]['config']
     return '\n\n'.join([
@@ -1201,10 +1203,10 @@ def _policy_trial_words():
         '(`float32`, `rule`, `scheme`: every key compressed).'
         % (cfg['steps'], cfg['warmup'],
            ' or '.join(sorted({str(len(ps)) for ps in cells.values()})), data['note'],
-           met[0], len(rows), met[1], len(rows)),
+           met(rows)[0], len(rows), met(rows)[1], len(rows)),
         table(POLICY_TABLE[0] + ['plans kept'], rows, POLICY_TABLE[1] + ['---']),
         src(POLICY_TRIAL),
-        'Against the rule alone (the first table of this part: %d and %d of 12 cells, '
+        'Against the rule alone (the first table of this part: %d and %d of %d cells, '
         'measured in other runs, where the better fixed choice of some cells differed, '
         'e.g. `resnet` at 2 workers and 1 Gbit/s was faster all float32), the trial gives '
         'up the misses where the rule compressed `resnet`\'s conv layers. What is left: '
@@ -1217,27 +1219,20 @@ def _policy_trial_words():
         'Hylo job\'s timed steps: %s ms. Where it ran slower in the trial, the early steps '
         'cost the compressed plan something the later steps do not, not yet explained; '
         'elsewhere the margin is within the jobs\' spread.'
-        % (_rule_alone_met(0), _rule_alone_met(1),
+        % (met(rule_rows)[0], met(rule_rows)[1], len(rule_rows),
            statistics.median(p['auto_s'] / p['dist_sync_s'] for p in cells[(8, 'resnet', '1gbit')]),
            statistics.median(p['auto_s'] / p['dist_sync_s'] for p in cells[(8, 'resnet', 'none')]),
            len(wrong), sum(len(ps) for ps in cells.values()),
-           '; '.join('%d workers, %s, %s: float32 kept, %.2fx Hylo\'s step' % x[:4]
-                     for x in wrong),
-           ', '.join('%+.0f' % x[4] for x in wrong))])
-
-
-def _rule_alone_met(target):
-    """Cells of POLICY_FAST_LINKS (the rule alone) meeting target 0 (within 5% of the
-    better fixed choice) or 1 (not more than 3% slower than dist_sync) at the median."""
-    rows, _ = _policy_pass_rows(load(POLICY_FAST_LINKS))
-    return sum(1 for row in rows if row[(6, 9)[target]] == 'yes')
+           '; '.join('%d workers, %s, %s: %s kept, %.2fx the better fixed choice\'s step'
+                     % x[:5] for x in wrong),
+           ', '.join('%+.0f' % x[5] for x in wrong))])
 
 
 def _trial_wrong_picks(data):
     """The jobs whose trial kept float32 where Hylo's plan was the better fixed choice
-    by more than 5%, or a compressed plan where float32 was: (workers, model, rate,
-    auto / best, how much slower the compressed plan ran in the trial than Hylo's fixed
-    job, ms)."""
+    by more than 5%, or a compressed plan where float32 was: (workers, model, rate, the
+    plan kept, auto / best, how much slower the compressed plan ran in the trial than
+    Hylo's fixed job, ms)."""
     found = []
     for result in data['passes']:
         runs = {(r['workers'], r['model'], r['rate'], r['scheme']): r
@@ -1253,7 +1248,7 @@ def _trial_wrong_picks(data):
                 continue
             compute = statistics.median([hylo['compute_s'], plain['compute_s'], r['compute_s']])
             tried = min(v for k, v in trial['seconds'].items() if k != 'float32')
-            found.append((w, model, rate, r['step_s'] / best,
+            found.append((w, model, rate, trial['kept'], r['step_s'] / best,
                           1e3 * (tried - compute - hylo['step_s'])))
     return found
 

@@ -123,8 +123,7 @@ class PlanTrial:
     def phase_seconds(self, first):
         """This worker's median step of the plan that began at step ``first``, its
         first step left out (0.0 if it timed fewer than one)."""
-        seconds = self.phase_steps(first)
-        return statistics.median(seconds) if seconds else 0.0
+        return _median(self.phase_steps(first))
 
     def decide(self, share, workers, step):
         """Agree on the plan at ``step``: one Sum round of every worker's medians (none if
@@ -135,7 +134,7 @@ class PlanTrial:
             from mxnet import ndarray
             self.worker_steps = {p: self.phase_steps(self.start + i * self.steps)
                                  for i, p in enumerate(plans)}
-            mine = [self.phase_seconds(self.start + i * self.steps) for i in range(len(plans))]
+            mine = [_median(self.worker_steps[p]) for p in plans]
             total = share(ndarray.array(mine, dtype=np.float32)).asnumpy() / workers
             self.seconds = {p: float(s) for p, s in zip(plans, total)}
             fastest = min(plans[1:], key=self.seconds.get)
@@ -155,3 +154,7 @@ class PlanTrial:
                 'decided': self.state == DECIDED, 'seconds': self.seconds,
                 'worker_steps': self.worker_steps,
                 'kept': self.kept if self.state == DECIDED else None}
+
+
+def _median(seconds):
+    return statistics.median(seconds) if seconds else 0.0
