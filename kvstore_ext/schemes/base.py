@@ -235,7 +235,7 @@ class Scheme:
         return (self.params.get('policy', 'compress') == 'auto'
                 and self.params['codec_times'] == 'measured')
 
-    def settle_policy(self, share, rank=0, step=None):
+    def settle_policy(self, share, rank, step):
         """Agree on the codecs' seconds (once, codec_timing.py) and on the measured
         rate (one Sum round each); keep the agreed rate unless it moved by more than
         policy.RATE_CHANGE times (then the plan is tried again); at the end of the
