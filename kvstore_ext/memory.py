@@ -5,10 +5,11 @@ momentum, ...), saved and restored with checkpoints, whatever the codec.
 Keyed by the kvstore key, never by call order (GRACE and PyTorch both had bugs from
 order-keyed state). A key has one residual (the tensor's shape; each chunk works on a
 view of it) and, per chunk, the named arrays its codec declares
-(``Codec.state_shapes``). When a scheme re-plans a key, the residual stays (it is the
-tensor's), and a chunk keeps an array only if its new codec is of the same kind and
+(``Codec.state_shapes``). When a scheme re-plans a key to a codec of the same kind,
+the residual stays (it is the tensor's) and a chunk keeps an array if the new codec
 declares the same name with the same shape (a re-plan that changes ``k`` keeps the
-agreed filter scores; one that changes the codec starts afresh).
+agreed filter scores); one that changes the kind starts afresh, after the old codec
+has handed over what its state owes (``Codec.owed``, planning.py).
 
 File names: ``<name>@<key>``, with ``name`` ``residual`` or ``<chunk>.<array>`` and
 ``key`` spelled by ``file_key`` (``i:3``, ``s:fc1_weight``); state names hold no ``@``,

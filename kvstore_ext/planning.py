@@ -27,7 +27,7 @@ class KeyRecord:
         self.check_whole = None     # when a NaN is looked for before encoding (plan)
         self.deferred = False       # encoders' statuses read at the next step (plan)
         self.pending = None         # the last deferred step's statuses (void_steps.resolve)
-        self.flush = None           # a residual a re-plan left over: sent with the next step
+        self.flush = None           # what a re-plan left owed (Codec.owed): sent with the next step
         self.stored = None          # what pull returns: init/broadcast value or last push's sum
         self.checked = ((), ())     # the arrays of the last pushpull, already checked
 
@@ -102,6 +102,11 @@ def plan(store, state, step):
     previous = state.codec
     if previous is not None and codec.same_as(previous):
         return
+    if previous is not None and previous.kind() != codec.kind():
+        # error feedback loses nothing: what the old codec's state owes goes with the
+        # next step as a gradient (Codec.owed), and the new codec starts afresh
+        state.flush = owed(state, num_workers)
+        memory.take_residual(state.key)
     state.codec = codec
     state.chunks = chunking.split(codec, scheme.params['chunk_size'])
     # plain: a tensor sent as it is: no payload to build, so each chunk takes
@@ -112,9 +117,11 @@ def plan(store, state, step):
     if codec.uses_residual:
         state.residual = memory.residual(state.key, state.shape)
     else:
-        # error feedback loses nothing: what the residual holds goes with the next step
+        # a residual a checkpoint brought for a key now sent as it is: with the next step
         state.residual = None
-        state.flush = memory.take_residual(state.key)
+        restored = memory.take_residual(state.key)
+        if restored is not None:
+            state.flush = restored
     # A key whose step is one round of one chunk lets its encoder find a NaN before
     # anything is exchanged or changed. A tensor of several chunks, or a step with
     # an earlier round (an agreement, PowerSGD's P; a key's first step may run one
@@ -133,3 +140,13 @@ def plan(store, state, step):
         state.key, state.chunks, state.residual,
         keep=previous is None or previous.kind() == codec.kind(),
         restored=previous is None and store._restored)
+
+
+def owed(state, num_workers):
+    """What the key's chunks owe the optimizer as they leave their codec (Codec.owed),
+    as one float32 array of the tensor's shape, or None if they owe nothing."""
+    parts = [c.codec.owed(cs, num_workers)
+             for c, cs in zip(state.chunks, state.chunk_states)]
+    if all(part is None for part in parts):
+        return None
+    return chunking.assemble(state.chunks, parts, state.shape).copy()

@@ -1,13 +1,14 @@
 """DGC's momentum correction as a wrapper over a codec (codecs/momentum.py,
 ``MomentumCorrected``): it goes around any codec, masks only through a codec that
 reports what it sent, and a re-plan keeps its velocity exactly when the wrapped codec
-stays of the same kind (planning.py compares ``Codec.kind``). One process; the steps
+stays of the same kind (planning.py compares ``Codec.kind``); otherwise it hands over
+what it owes (``Codec.owed``). One process; the steps
 are checked against the NumPy spec (python/kvx_ref/momentum.py)."""
 import numpy as np
 import pytest
 import mxnet as mx
 
-from kvx_ref.momentum import momentum_fp16_step, momentum_topk_step
+from kvx_ref.momentum import momentum_fp16_step, momentum_owed, momentum_topk_step
 from kvstore_ext.codecs import (FilterTopKCodec, Float16Codec, MomentumCorrected,
                                 TernaryCodec)
 
@@ -86,21 +87,28 @@ def test_a_replan_keeps_the_velocity_when_the_wrapped_kind_stays():
     assert kv.plan('conv').codec.k == 6
 
 
-def test_a_replan_to_another_wrapped_kind_starts_the_velocity_afresh():
+def test_a_replan_to_another_wrapped_kind_hands_over_and_starts_afresh():
     """The wrapped codec changes kind (filter top-k to ternary, the same shape, so the
-    same state names and shapes): its velocity and S_prev are dropped, as a plain codec's state is; the
-    residual, the tensor's, stays."""
+    same state names and shapes): the old correction hands over what it owes
+    (``momentum_owed``: its residual, velocity and S_prev, as a gradient) with the
+    next step, and the new one starts afresh (no residual, u = grad + owed, S_prev 0,
+    so the step returns S itself)."""
     kv = replanned_store(lambda shape: TernaryCodec(shape, 2.0, value='round'))
     for step in range(2):
         kv.pushpull('conv', mx.nd.array(grad(step)))
-    residual = kv.key_state('conv').residual
+    before = kv.key_state('conv')
+    owed = momentum_owed(before.residual, before.arrays['0.velocity'],
+                         before.arrays['0.delivered'], 0.9, 1)
+    assert np.abs(before.residual).max() > 0 and np.abs(owed).max() > 0
     g = grad(2)
     out = mx.nd.array(g)
     kv.pushpull('conv', out)
-    # a fresh velocity: u = grad, S_prev = 0, so the step returns S itself
     from kvx_ref.momentum import momentum_ternary_step
     want, _, (new_residual,), (velocity,) = momentum_ternary_step(
-        [g.reshape(-1)], [residual.reshape(-1)], [None], None, 2.0, 0.9)
-    np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-6, atol=1e-7)
-    np.testing.assert_array_equal(kv.key_state('conv').arrays['0.velocity'].reshape(-1),
-                                  velocity)
+        [(g + owed).reshape(-1)], [np.zeros(g.size, np.float32)], [None], None, 2.0, 0.9)
+    np.testing.assert_allclose(out.asnumpy().reshape(-1), want, rtol=1e-5, atol=1e-6)
+    after = kv.key_state('conv')
+    np.testing.assert_allclose(after.arrays['0.velocity'].reshape(-1), velocity,
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(after.residual.reshape(-1), new_residual,
+                               rtol=1e-5, atol=1e-6)

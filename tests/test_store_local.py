@@ -554,6 +554,39 @@ def test_replan_to_float32_flushes_the_residual(replanning_hylo):
 
 
 @pytest.mark.parametrize('shape', [(24, 8, 3, 3), (60, 20)])
+def test_replan_from_momentum_correction_moves_what_momentum_sgd_moves(replanning_hylo,
+                                                                      shape):
+    """A key that leaves DGC's momentum correction for float32 hands over what it owes
+    (Codec.owed): without masking the correction only delays, so the optimizer's
+    momentum SGD then moves the weights, over all steps, by exactly what momentum SGD
+    moves them by on the same gradients. The residual of velocities sent as it is
+    moved them by about ten times its part, and the delivered sum left in the
+    optimizer's buffer added nine times its own."""
+    m = 0.9
+    kv = mx.kv.create(replanning_hylo)
+    kv.set_gradient_compression({'size_threshold': 1, 'momentum': m,
+                                 'momentum_correction': 'on',
+                                 'fc_momentum_correction': 'on',
+                                 'momentum_masking': 'off'})
+    buf = np.zeros(shape, np.float32)
+    moved = np.zeros(shape, np.float64)
+    total = np.zeros(shape, np.float64)
+    for s in range(5):
+        g = rand(shape, s)
+        out = mx.nd.array(g)
+        kv.pushpull('w', out)
+        described = kv.codec_plan()['w']
+        assert ('momentum correction' in described) == (s < 2), (s, described)
+        if s == 1:
+            assert np.abs(kv.key_state('w').residual).max() > 0
+        buf = m * buf + out.asnumpy()          # the optimizer: SGD, momentum m, lr 1
+        moved += buf
+        total += g
+    moved += buf * m / (1 - m)                  # the momentum's tail: no more gradients
+    np.testing.assert_allclose(moved, total / (1 - m), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize('shape', [(24, 8, 3, 3), (60, 20)])
 def test_compressed_pull_in_one_process(shape):
     """pull='compressed': the 'server' re-encodes the sum with its own residual; what
     comes back is that re-encoding, step after step (the reference, twice)."""

@@ -132,6 +132,13 @@ class Codec:
         what a policy that measures compression errors must see (Scheme.observe)."""
         return grad + state.residual if state.residual is not None else grad.copy()
 
+    def owed(self, state, num_workers):
+        """What this chunk's state still owes the optimizer when its key leaves this
+        codec for one of another kind (planning.plan), as a gradient for the key's next
+        step, or None: the residual, error feedback's part not yet sent. A codec whose
+        state is in other units than the gradient converts it (``MomentumCorrected``)."""
+        return state.residual
+
     # -- identity ---------------------------------------------------------------------
     def kind(self):
         """What a re-plan compares to keep the chunks' state (planning.py): the class;

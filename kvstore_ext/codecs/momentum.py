@@ -163,6 +163,34 @@ class MomentumCorrected(Codec):
         """The velocity, not the gradient, goes with the residual."""
         return self.inner.compressed_input(self._next_velocity(grad, state), state)
 
+    def owed(self, state, num_workers):
+        """What the key owes the optimizer when it leaves this correction (a re-plan to
+        float32, or to a codec of another kind), as a gradient for its next step:
+        ``(1 - m) R + m u - m S_prev / N``, whose sum over the N workers is
+        ``(1 - m) sum R + m sum u - m S_prev``.
+
+        Why not the residual as it is: R holds velocities, not gradients, and the
+        optimizer's buffer still holds ``S_prev``, which only this codec's next step
+        would have taken out. Sent as a gradient, R would pass through the momentum
+        once more (moving the weights by R / (1 - m), ten times what it owes at 0.9)
+        and ``S_prev`` would add ``m S_prev / (1 - m)``. With the sum above, the
+        buffer after that step is ``(1 - m) sum R + m sum u + g``: the unsent velocities
+        move the weights by exactly R over the next steps (spread, not one lump) and
+        the velocity goes on as momentum SGD's would (the optimizer's momentum is m,
+        as everywhere in this correction)."""
+        from mxnet import ndarray
+        m = self.momentum
+        residual = self.inner.owed(state, num_workers)
+        velocity, delivered = state.get('velocity'), state.get('delivered')
+        owed = ndarray.zeros(self.shape, dtype=np.float32)
+        if residual is not None:
+            owed += (1 - m) * residual.reshape(self.shape)
+        if velocity is not None:
+            owed += m * velocity
+        if delivered is not None:
+            owed -= (m / num_workers) * delivered
+        return owed
+
     def step(self, grad, state, num_workers, rank):
         from mxnet import ndarray
         # a fresh array, this step's own: masking may zero its rows in place

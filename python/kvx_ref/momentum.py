@@ -21,6 +21,11 @@ One step, over workers w, with the optimizer's momentum m:
    so that an SGD optimizer with momentum m, whose buffer then holds ``S`` (times
    -lr), moves the weights by exactly ``-lr S``: DGC's update, with the optimizer
    unchanged.
+
+A key that leaves the correction (a re-plan) hands over ``momentum_owed``: a gradient
+whose sum over workers, ``(1 - m) sum_w residual_w + m sum_w u_w - m S_prev``, leaves
+the optimizer's buffer as momentum SGD's would be and moves the weights by the unsent
+velocities exactly once.
 """
 import numpy as np
 
@@ -126,3 +131,12 @@ def momentum_fp16_step(grads, residuals, velocities, delivered, m):
         return grad.size, np.zeros(0, np.int64)
     return _step(grads, residuals, velocities, delivered, m, False,
                  encode, decode, nothing_masked)
+
+
+def momentum_owed(residual, velocity, delivered, m, num_workers):
+    """What one worker sends with the first step after its key leaves the
+    correction: ``(1 - m) residual + m u - m S_prev / num_workers`` (absent arrays: 0)."""
+    parts = [(1 - m) * residual if residual is not None else 0.0,
+             m * velocity if velocity is not None else 0.0,
+             -(m / num_workers) * delivered if delivered is not None else 0.0]
+    return np.asarray(sum(parts), dtype=np.float32)
