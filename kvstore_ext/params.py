@@ -55,17 +55,19 @@ class Removed:
 
 class Param:
     """One parameter: kind ('int', 'float', 'str'), default, a doc that says what it does
-    and when to change it, its ``rank`` (RANKS), allowed range or choices, and
-    ``removed``: {value: Removed} of values that are gone."""
+    and when to change it, its ``rank`` (RANKS), allowed range or choices,
+    ``removed``: {value: Removed} of values that are gone, and ``refused``: {value:
+    why} of values inside the range that mean nothing (``trial_steps=1``)."""
 
     def __init__(self, kind, default, doc, low=None, high=None, low_open=False,
-                 choices=None, optional=False, rank='leave', removed=None):
+                 choices=None, optional=False, rank='leave', removed=None, refused=None):
         if rank not in RANKS:
             raise ValueError('rank must be one of %s, got %r' % (RANKS, rank))
         self.kind, self.default, self.doc, self.rank = kind, default, doc, rank
         self.low, self.high, self.low_open = low, high, low_open
         self.choices, self.optional = choices, optional
         self.removed = dict(removed or {})
+        self.refused = dict(refused or {})
 
     def convert(self, name, value, scheme_name='compression'):
         if value is None and self.optional:
@@ -96,6 +98,8 @@ class Param:
                              % (name, '>' if self.low_open else '>=', self.low, value))
         if self.high is not None and value > self.high:
             raise ValueError('%s must be <= %s, got %r' % (name, self.high, value))
+        if value in self.refused:
+            raise ValueError('%s must not be %r: %s' % (name, value, self.refused[value]))
         return value
 
 
@@ -133,6 +137,7 @@ def allowed(p):
     low = '' if p.low is None else '%s %s' % ('>' if p.low_open else '>=', p.low)
     high = '' if p.high is None else '<= %s' % p.high
     text = ' and '.join(t for t in (low, high) if t) or 'any'
+    text += ''.join(', not %r' % v for v in sorted(p.refused))
     return '%s %s' % (p.kind, text) + (', or unset' if p.optional else '')
 
 

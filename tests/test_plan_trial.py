@@ -116,7 +116,7 @@ def test_no_key_to_try_no_round():
 
 def test_one_step_is_refused():
     """A plan's first step is not timed: one step a plan would time nothing."""
-    with pytest.raises(ValueError, match='trial_steps must be 0'):
+    with pytest.raises(ValueError, match='trial_steps must not be 1'):
         Hylo(policy='auto', trial_steps=1)
     Hylo(policy='auto', trial_steps=2)
 

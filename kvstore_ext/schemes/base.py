@@ -41,7 +41,9 @@ POLICY_PARAMS = {
                          "many with the rule's plan, this many with every key compressed, "
                          'and the fastest stays (plan_trial.py); again at a newly agreed '
                          "rate. 0: the rule's plan is kept untried",
-                         low=0, rank='leave'),
+                         low=0, rank='leave',
+                         refused={1: "a plan's first step carries the switch and is not "
+                                     'timed: one step would time nothing'}),
 }
 
 # The size rule's parameter (Scheme.exempt), as most schemes declare it: one default

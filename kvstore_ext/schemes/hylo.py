@@ -189,9 +189,6 @@ class Hylo(Scheme):
             raise ValueError("pull='compressed' is server aggregation's option: add "
                              "aggregation='server' (homomorphic pulls, the default, are "
                              "always compressed)")
-        if params.get('trial_steps', 0) == 1:     # (L-GreCo over Hylo has no policy)
-            raise ValueError('trial_steps must be 0 (no trial) or at least 2: the first step '
-                             'of each plan carries the switch and is not timed')
         if params['conv_rate_min'] > params['conv_rate_max']:
             raise ValueError('conv_rate_min (%g) must not exceed conv_rate_max (%g)'
                              % (params['conv_rate_min'], params['conv_rate_max']))
