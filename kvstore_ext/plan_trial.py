@@ -13,7 +13,8 @@ net float32 at 8 workers where Hylo's plan was faster (docs/COST_MODEL.md). The 
 step times see every such cost, whatever its cause, so the plan is chosen by them.
 
 How (``PlanTrial``): from the step the rule first decides with its final inputs (the
-agreed rate and codec seconds), ``steps`` steps go all float32 (``FLOAT32``), then
+agreed rate and codec seconds), or from step ``start`` if that is later (until then the
+keys follow the rule's plan), ``steps`` steps go all float32 (``FLOAT32``), then
 ``steps`` with the rule's plan (``RULE``) if it compresses some key, then ``steps`` with
 every key the scheme would compress compressed (``SCHEME``) if the rule sent some of them
 float32. Each worker times its steps (from one step's first key to the next step's),
@@ -24,6 +25,15 @@ faster compressed one if it beats float32 by ``KEEP_MARGIN``, else every key flo
 (compression delays part of the gradient in the residual, and the medians of a few steps
 differ by a few percent from noise alone: a plan that is not clearly faster is not worth
 it). A re-plan at a newly agreed rate tries again.
+
+Why not from the first steps (``start``, ``trial_start``, 30 by default): a run's first
+steps are its most fragile, and a plan switched there can tip it over. On cnn512 at 4
+workers and a constant rate of 0.05 with momentum 0.9, Hylo's own run of one seed of six
+jumped to a loss of 4.5 at step 15 and recovered; the trial, which had switched float32
+to compressed at step 7 and back at step 13, jumped to 9 there and spent the rest of the
+epoch at chance, ending 5 points below ``dist_sync`` (and 2 on the long schedule).
+Begun at step 30 the same seeds, forced to the same switches, ended within a point of
+``dist_sync``, seed 101 among them (docs/COST_MODEL.md, "Accuracy").
 
 The cost: a few steps at slower plans, once (and at each new rate), against a plan that
 may cost every step 10% or more.
@@ -40,6 +50,7 @@ KEEP_MARGIN = 0.03
 
 # States of a trial.
 FRESH = 'fresh'          # not begun: begins at the rule's first decision with final inputs
+                         # from its first step on
 RUNNING = 'running'
 DECIDED = 'decided'
 
@@ -47,13 +58,14 @@ DECIDED = 'decided'
 class PlanTrial:
     """One worker's trial of the plans (module docstring).
 
-    ``steps``: steps a plan (0: no trial; the rule's plan is kept untried). The store
+    ``steps``: steps a plan (0: no trial; the rule's plan is kept untried); ``start``:
+    the first step a trial may begin at (``begin`` waits for it). The store
     calls ``clock`` at each step's first key; the scheme tells ``noted`` what the rule
     chose for a key, asks ``plan(step)`` which plan its keys follow, ``replans_at``
     where the trial switches, and ``decides_at`` where it agrees (``decide``)."""
 
-    def __init__(self, steps):
-        self.steps = int(steps)
+    def __init__(self, steps, start=0):
+        self.steps, self.first = int(steps), int(start)
         self.state = FRESH if self.steps > 0 else DECIDED
         self.start = None           # the step the trial began at
         self.kept = RULE            # the plan that stays once decided
@@ -65,8 +77,10 @@ class PlanTrial:
         self.worker_steps = None    # {plan: this worker's timed step seconds}, once agreed
 
     def begin(self, step):
-        """Start a trial at ``step`` (the rule's first decision with final inputs)."""
-        if self.state == FRESH:
+        """Start a trial at ``step`` (the rule's decision with final inputs), unless it
+        is before ``start``: then the rule's plan stays, and the keys re-plan at
+        ``start`` (``replans_at``), whose decision begins it."""
+        if self.state == FRESH and step >= self.first:
             self.state, self.start, self.times = RUNNING, int(step), {}
             self.compresses = self.declines = False
             self.seconds = self.decided_at = self.worker_steps = None
@@ -108,6 +122,8 @@ class PlanTrial:
         if self.state == RUNNING:
             return step > self.start and (step - self.start) % self.steps == 0 \
                 and step <= self._end()
+        if self.state == FRESH:
+            return step == self.first
         return step == self.decided_at
 
     def decides_at(self, step):

@@ -114,6 +114,34 @@ def test_no_key_to_try_no_round():
     assert trial.kept == 'float32' and trial.as_dict()['seconds'] is None
 
 
+def test_a_trial_waits_for_its_first_step():
+    """start=5: a decision before step 5 keeps the rule's plan and begins nothing; the
+    keys re-plan at step 5, whose decision begins the trial with float32."""
+    trial = PlanTrial(3, start=5)
+    for step in (1, 2, 4):
+        trial.begin(step)
+        trial.noted(True)
+        assert trial.plan(step) == plan_trial.RULE and trial.as_dict() is None
+    assert [s for s in range(12) if trial.replans_at(s)] == [5]
+    trial.begin(5)
+    trial.noted(True)
+    assert trial.start == 5 and trial.plan(5) == plan_trial.FLOAT32
+    assert trial.plan(8) == plan_trial.RULE and trial.decides_at(11)
+
+
+def test_hylo_keeps_the_rule_plan_until_the_trial_start():
+    """Hylo with a given rate: steps 0-3 run the rule's plan (trial_start=4), the trial
+    begins at 4 with every key float32."""
+    scheme = Hylo(policy='auto', link_rate=5e9, codec_times='shipped', trial_steps=2,
+                  trial_start=4, size_threshold=100)
+    scheme.num_workers = 2
+    rule = [not scheme.codec_for(CONV, f32, step=s).passthrough for s in range(4)]
+    assert rule == [True] * 4
+    assert [s for s in range(1, 12) if scheme.replans_at(s)] == [4]
+    assert scheme.codec_for(CONV, f32, step=4).passthrough
+    assert scheme.trial.start == 4 and scheme.replans_at(6)
+
+
 def test_one_step_is_refused():
     """A plan's first step is not timed: one step a plan would time nothing."""
     with pytest.raises(ValueError, match='trial_steps must not be 1'):
@@ -137,6 +165,7 @@ def test_hylo_tries_its_plans_and_keeps_the_fastest(monkeypatch):
     clock = Clock(monkeypatch)
     small = (40, 8, 3, 3)
     scheme = Hylo(policy='auto', link_rate=5e9, codec_times='shipped', trial_steps=2,
+                  trial_start=0,
                   size_threshold=100)
     scheme.num_workers = 2
     assert policy.compresses(scheme.conv_codec(CONV, scheme.conv_k(CONV)), 2, 1, 5e9)
@@ -158,7 +187,8 @@ def test_a_new_rate_tries_again(monkeypatch):
     and tries again from there."""
     from mxnet import ndarray
     clock = Clock(monkeypatch)
-    scheme = Hylo(policy='auto', link_rate=0.0, codec_times='shipped', trial_steps=2)
+    scheme = Hylo(policy='auto', link_rate=0.0, codec_times='shipped', trial_steps=2,
+                  trial_start=0)
     scheme.num_workers = 1
 
     def rate_round(array):
@@ -199,7 +229,7 @@ def test_dist_every_worker_keeps_the_same_plan(tmp_path, job_env, slow_when, kep
     trial decided, with the same agreed seconds and the same weights. (The rule
     compresses every key Hylo would at this rate: two plans, float32 and the rule's.)"""
     params = {'size_threshold': 100, 'policy': 'auto', 'link_rate': 1e3,
-              'codec_times': 'shipped', 'trial_steps': 3}
+              'codec_times': 'shipped', 'trial_steps': 3, 'trial_start': 0}
     infos, weights = run_job(tmp_path, job_env, params, 8, [[0.0, 0.3], slow_when])
     a, b = infos
     assert a['compressed'] == b['compressed']

@@ -44,6 +44,11 @@ POLICY_PARAMS = {
                          low=0, rank='leave',
                          refused={1: "a plan's first step carries the switch and is not "
                                      'timed: one step would time nothing'}),
+    'trial_start': Param('int', 30, "policy='auto': the first step the plans may be tried "
+                         "at; until then the keys follow the rule's plan. A run's first steps "
+                         'are its most fragile: plans switched there tipped one seed of six '
+                         'of a small CNN over (plan_trial.py). 0: from the first decision',
+                         low=0, rank='leave'),
 }
 
 # The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
@@ -206,7 +211,7 @@ class Scheme:
         """policy='auto''s trial of the plans in the job (plan_trial.py), made at first use."""
         if self.trial is None:
             from ..plan_trial import PlanTrial
-            self.trial = PlanTrial(self.params['trial_steps'])
+            self.trial = PlanTrial(self.params['trial_steps'], self.params['trial_start'])
         return self.trial
 
     def step_started(self, step):
