@@ -17,7 +17,8 @@ CONTEXT_COUNT = 2
 def replanning_scheme():
     """A Hylo that re-plans at steps 2 and 4 (the test's reference follows it): from
     server decoding to homomorphic with another conv rate and size threshold (fc goes
-    float32, its residual flushed; wide goes additive), then back to server decoding."""
+    float32, wide goes additive: each change of kind sends the old residual with the
+    step), then back to server decoding."""
     from kvstore_ext.schemes import Hylo
 
     class ReplanningHylo(Hylo):
