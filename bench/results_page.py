@@ -702,7 +702,8 @@ THC_OPERATORS = 'operator_profile_cnn512_thc.json'
 SCHEME_STEP_CPU = 'loopback_step_4w_cnn512_cpu.json'
 # policy='auto' with the trial of its plans in the job (plan_trial.py)
 SCHEME_STEP_AUTO_TRIAL = 'loopback_step_4w_cnn512_auto_trial.json'
-# THC (its summed norms no longer copied) and dAD again, 16 seeds on a quiet machine
+# THC (its summed norms read from the pull buffer) and dAD again, 16 seeds on a quiet
+# machine
 SCHEME_STEP_THC_DAD = 'loopback_step_4w_cnn512_thc_dad.json'
 # (file or files, kvstore, target): a scheme whose code is unchanged since several runs
 # measured it takes them all (SCHEME_STEP_CPU measured Hylo, top-k, AdaComp, THC and dAD
@@ -1197,8 +1198,7 @@ def _policy_trial_words(rule_rows):
         % (cfg['steps'], cfg['warmup'],
            ' or '.join(sorted({str(len(ps)) for ps in cells.values()})), data['note'],
            met(rows)[0], len(rows), met(rows)[1], len(rows)),
-        table(POLICY_TABLE[0] + ['plans kept'], rows, POLICY_TABLE[1] + ['---']),
-        src(POLICY_TRIAL),
+        _trial_table(rows, POLICY_TRIAL),
         'Against the rule alone (the first table of this part: %d and %d of %d cells, '
         'measured in other runs, where the better fixed choice of some cells differed, '
         'e.g. `resnet` at 2 workers and 1 Gbit/s was faster all float32), the trial gives '
@@ -1221,20 +1221,31 @@ def _policy_trial_words(rule_rows):
            ', '.join('%+.0f' % x[5] for x in wrong))])
 
 
+def _trials(data):
+    """(run, its trial) of every auto job in the passes of ``data`` that ran one."""
+    for result in data['passes']:
+        for r in result['runs']:
+            trial = (r.get('policy') or {}).get('trial')
+            if trial:
+                yield r, trial
+
+
 def _trial_rows(data):
     """_policy_pass_rows of cells run with the trial, each row ending with the plan each
     pass's trial kept; and {cell: passes}."""
     rows, cells = _policy_pass_rows(data)
     kept = {}
-    for result in data['passes']:
-        for r in result['runs']:
-            trial = (r.get('policy') or {}).get('trial')
-            if trial:
-                kept.setdefault((r['workers'], r['model'], r['rate']), []).append(
-                    trial['kept'])
+    for r, trial in _trials(data):
+        kept.setdefault((r['workers'], r['model'], r['rate']), []).append(trial['kept'])
     for row in rows:
         row.append(', '.join(kept.get((row[0], row[1], row[2]), [])))
     return rows, cells
+
+
+def _trial_table(rows, name):
+    """The table of _trial_rows ``rows`` and its source line."""
+    return '\n\n'.join([table(POLICY_TABLE[0] + ['plans kept'], rows,
+                               POLICY_TABLE[1] + ['---']), src(name)])
 
 
 def met(table_rows):
@@ -1246,7 +1257,8 @@ def _policy_trial_slow_words():
     """The slow-link cells (50 and 200 Mbit/s) with the plans tried in the job: the
     trial's float32 steps cost most there, and compression should be kept."""
     data = load(POLICY_TRIAL_SLOW)
-    rows, _ = _trial_rows(data)
+    rows, cells = _trial_rows(data)
+    slowest = max(p['dist_sync_s'] / p['best_fixed_s'] for ps in cells.values() for p in ps)
     first = data['passes'][0]
     plain, tried = first['config'], first['more_config'][0]
     return '\n\n'.join([
@@ -1255,19 +1267,25 @@ def _policy_trial_slow_words():
         'timed over %d steps after %d warm-up (its steps at these rates vary little), '
         'Hylo and `auto` over %d after %d (the trial ends within them). %s Within 5%% of '
         'the better fixed choice in **%d of %d cells**, not more than 3%% slower than '
-        '`dist_sync` in **%d of %d**. The trial\'s float32 steps are its cost here: 6 '
-        'steps with every key float32, at up to ten times the compressed step, once '
-        'a job (and again at a newly agreed rate).'
+        '`dist_sync` in **%d of %d**. The trial\'s float32 steps are its cost here: %d '
+        'steps with every key float32, at up to %.0f times the better fixed choice\'s '
+        'step, once a job (and again at a newly agreed rate).'
         % (plain['steps'], plain['warmup'], tried['steps'], tried['warmup'], data['note'],
-           met(rows)[0], len(rows), met(rows)[1], len(rows)),
-        table(POLICY_TABLE[0] + ['plans kept'], rows, POLICY_TABLE[1] + ['---']),
-        src(POLICY_TRIAL_SLOW)])
+           met(rows)[0], len(rows), met(rows)[1], len(rows), _trial_length(data), slowest),
+        _trial_table(rows, POLICY_TRIAL_SLOW)])
 
 
 def _policy_trial_start_words():
     """The fast-link cells with the trial from step 30 (the default ``trial_start``)."""
     data = load(POLICY_TRIAL_START)
     rows, _ = _trial_rows(data)
+    misses = {tuple(row[:3]) for row in rows if row[6] != 'yes' or row[9] != 'yes'}
+    missed = sorted({workers for workers, _, _ in misses})
+    steps = {(r['workers'], r['model'], r['rate'], r['scheme']): r['step_s']
+             for result in data['passes'] for r in result['runs'] if r.get('step_s')}
+    gaps = [max(pair) / min(pair) for pair in
+            ((steps[cell + ('dist_sync',)], steps[cell + ('dist_sync_hylo',)])
+             for cell in misses)]
     cfg = data['passes'][0]['config']
     return '\n\n'.join([
         '**With the trial from step 30** (`trial_start`, the default: the first steps '
@@ -1277,36 +1295,28 @@ def _policy_trial_start_words():
         '`dist_sync` in **%d of %d**.'
         % (cfg['steps'], cfg['warmup'], data['note'], met(rows)[0], len(rows),
            met(rows)[1], len(rows)),
-        table(POLICY_TABLE[0] + ['plans kept'], rows, POLICY_TABLE[1] + ['---']),
-        src(POLICY_TRIAL_START),
-        'The misses are the trial\'s noise: at 4 workers a plan\'s %s timed steps on a '
-        'worker spread over %.0f-%.0f%% of their median, while the plans of these cells '
-        'differ by 5-20%%; the median of so few steps cannot always tell them apart, and '
-        'one pass shows it where three passes (above) did not.'
-        % ((_timed_steps(data),) + _trial_spread(data, 4))])
+        _trial_table(rows, POLICY_TRIAL_START),
+        'The misses (at %s workers) are the trial\'s noise: there a plan\'s %d timed '
+        'steps on a worker spread over %.0f-%.0f%% of their median, while the two fixed '
+        'choices of the cells it missed differ by %.0f-%.0f%%; the median of so few steps cannot '
+        'always tell them apart, and one pass shows it where three passes (above) did not.'
+        % ((' and '.join(map(str, missed)), _trial_length(data) - 1)
+           + _trial_spread(data, missed)
+           + (100 * (min(gaps) - 1), 100 * (max(gaps) - 1)))])
 
 
-def _timed_steps(data):
-    """The steps a plan's median is taken over in the passes of ``data``."""
-    for result in data['passes']:
-        for r in result['runs']:
-            trial = (r.get('policy') or {}).get('trial')
-            if trial and trial.get('worker_steps'):
-                return min(len(v) for v in trial['worker_steps'].values())
-    return 0
+def _trial_length(data):
+    """The steps a plan of the trials in ``data`` ran (``trial_steps``)."""
+    return next(trial['steps'] for _, trial in _trials(data))
 
 
 def _trial_spread(data, workers):
     """The least and the largest spread (max - min over the median, %) of a plan's
-    timed steps on a worker, over the auto jobs of ``workers`` workers."""
-    spreads = []
-    for result in data['passes']:
-        for r in result['runs']:
-            trial = (r.get('policy') or {}).get('trial')
-            if r['workers'] != workers or not trial or not trial.get('worker_steps'):
-                continue
-            for steps in trial['worker_steps'].values():
-                spreads.append(100 * (max(steps) - min(steps)) / statistics.median(steps))
+    timed steps on a worker, over the auto jobs of the worker counts ``workers``."""
+    spreads = [100 * (max(steps) - min(steps)) / statistics.median(steps)
+               for r, trial in _trials(data)
+               if r['workers'] in workers and trial.get('worker_steps')
+               for steps in trial['worker_steps'].values()]
     return min(spreads), max(spreads)
 
 

@@ -50,8 +50,8 @@ FLOAT32, RULE, SCHEME = 'float32', 'rule', 'scheme'
 KEEP_MARGIN = 0.03
 
 # States of a trial.
-FRESH = 'fresh'          # not begun: begins at the rule's first decision with final inputs
-                         # from its first step on
+FRESH = 'fresh'          # not begun: begins at the rule's first decision with final
+                         # inputs at or after its earliest step
 RUNNING = 'running'
 DECIDED = 'decided'
 
@@ -66,7 +66,7 @@ class PlanTrial:
     where the trial switches, and ``decides_at`` where it agrees (``decide``)."""
 
     def __init__(self, steps, start=0):
-        self.steps, self.first = int(steps), int(start)
+        self.steps, self.earliest = int(steps), int(start)
         self.state = FRESH if self.steps > 0 else DECIDED
         self.start = None           # the step the trial began at
         self.kept = RULE            # the plan that stays once decided
@@ -81,7 +81,7 @@ class PlanTrial:
         """Start a trial at ``step`` (the rule's decision with final inputs), unless it
         is before ``start``: then the rule's plan stays, and the keys re-plan at
         ``start`` (``replans_at``), whose decision begins it."""
-        if self.state == FRESH and step >= self.first:
+        if self.state == FRESH and step >= self.earliest:
             self.state, self.start, self.times = RUNNING, int(step), {}
             self.compresses = self.declines = False
             self.seconds = self.decided_at = self.worker_steps = None
@@ -124,7 +124,7 @@ class PlanTrial:
             return step > self.start and (step - self.start) % self.steps == 0 \
                 and step <= self._end()
         if self.state == FRESH:
-            return step == self.first
+            return step == self.earliest
         return step == self.decided_at
 
     def decides_at(self, step):
@@ -136,11 +136,6 @@ class PlanTrial:
         steps = range(first + 1, first + self.steps)
         return [self.times[s + 1] - self.times[s] for s in steps
                 if s in self.times and s + 1 in self.times]
-
-    def phase_seconds(self, first):
-        """This worker's median step of the plan that began at step ``first``, its
-        first step left out (0.0 if it timed fewer than one)."""
-        return _median(self.phase_steps(first))
 
     def decide(self, share, workers, step):
         """Agree on the plan at ``step``: one Sum round of every worker's medians (none if

@@ -192,12 +192,11 @@ def test_aggregate_matches_reference(tmp_path, job_env, workers, servers, mode):
             grads = worker_gradients(workers, step, key)
             planned = scheme.codec_for(shape, np.float32, step=step)
             if codec is None or not planned.same_as(codec):     # (re-)plan, as the store
-                if codec is not None and planned.kind() != codec.kind():
+                if codec is None or planned.kind() != codec.kind():
                     # another kind: the old codec's residual goes with this step, the
                     # new codec starts afresh (Codec.owed)
                     grads = [g + r for g, r in zip(grads, residuals)]
                     residuals = [np.zeros(shape, np.float32) for _ in range(workers)]
-                if codec is None or type(codec) is not type(planned):
                     carried = None
                 codec = planned
                 chunks = chunking.split(codec, params['chunk_size'])
