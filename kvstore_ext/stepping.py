@@ -13,6 +13,7 @@ from mxnet.context import cpu
 from . import chunking, policy
 from .codecs.base import GatherCodec
 from .errors import NonFiniteGradientError
+from .ops import op
 from .rounds import drive
 from . import void_steps
 
@@ -26,18 +27,19 @@ def copy_into(src, dst):
 def run(store, state, values, outs, step):
     """Step ``step`` of the planned key ``state``: the sum over devices and workers of
     ``values`` (one array per device) written into every one of ``outs``."""
+    flush = state.flush
     if state.plain:
-        if state.flush is not None:
-            _flush_into(state, values[0])
+        if flush is not None:
+            values[0] += flush.as_in_context(values[0].context).astype(values[0].dtype)
         pushed, pulled = policy.pushpull_plain(store, state, values, outs, step)
         store._stats.record(state.key, state.raw_bytes, pushed, pulled)
+        _settle_flush(state, flush, outs[0])
         return
     grad = sum_devices(values)
     if state.dtype != np.float32:
         grad = grad.astype(np.float32)
-    if state.flush is not None:
-        grad = grad + state.flush.as_in_context(grad.context)
-        state.flush = None
+    if flush is not None:
+        grad = grad + flush.as_in_context(grad.context)
     scheme = store._scheme
     if scheme.observes(state.key, step, store.rank):
         parts = [c.codec.compressed_input(c.view(grad), cs)
@@ -46,6 +48,7 @@ def run(store, state, values, outs, step):
     target = outs[0] if outs[0].dtype == np.float32 and outs[0].context == cpu() else None
     summed, pushed, pulled = exchange_step(store, state, grad, step, target)
     store._stats.record(state.key, state.raw_bytes, pushed, pulled)
+    _settle_flush(state, flush, summed)
     if state.dtype != np.float32:
         summed = summed.astype(state.dtype)
     for o in outs:
@@ -100,9 +103,14 @@ def exchange_step(store, state, grad, step, target=None):
     return summed, traffic[0], traffic[1]
 
 
-def _flush_into(state, grad):
-    grad += state.flush.as_in_context(grad.context).astype(grad.dtype)
-    state.flush = None
+def _settle_flush(state, flush, summed):
+    """What a re-plan left owed (``flush``, added to this step's gradient) is paid if
+    the step's sum is finite. A NaN or Inf on any worker makes the step void on every
+    worker (its sum is NaN, the caller skips it), and the flush would be lost with it:
+    it goes again with the next step. The check waits for the sum, once a re-plan."""
+    if flush is not None:
+        bad = op('kvx_finite_check')(summed.astype(np.float32, copy=False).reshape((-1,)))
+        state.flush = flush if int(bad.asscalar()) else None
 
 
 def sum_devices(values):

@@ -26,14 +26,19 @@ def launch(env, mode, timeout=120, extra=()):
                                   ['--aggregation', 'server', '--pull', 'compressed'],
                                   ['--aggregation', 'homomorphic'],
                                   ['--aggregation', 'server', '--nan-ranks', '0,1'],
-                                  ['--kvstore', 'dist_sync_thc']])
+                                  ['--kvstore', 'dist_sync_thc'],
+                                  ['--replan'], ['--replan', '--nan-ranks', '1']],
+                         ids=['server', 'compressed-pull', 'homomorphic', 'every-rank-nan',
+                              'thc', 'replan', 'replan-nan-on-rank-1'])
 def test_nonfinite_gradient_voids_the_step_and_training_goes_on(job_env, mode):
     """Rank 0's NaN at step 2: both workers' sums of step 2 are NaN, and steps 3 and 4
     are finite, equal on both workers and (server mode, float32 pull) equal to what
     one-process stores of both ranks give, rank 0's having kept its residual through
     the NaN. With a compressed pull the servers reply void rows, not a malformed reply.
     Then: every worker's gradient holds the NaN. Last: THC, whose two rounds decide a
-    void step on the engine (a NaN norm), with no host read before the push."""
+    void step on the engine (a NaN norm), with no host read before the push. Last, a
+    re-plan to float32 at the NaN step (``--replan``): the residuals it hands over
+    must not be lost with the void step, on the NaN's worker or the other."""
     proc, _ = launch(job_env, 'nonfinite', extra=mode)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = [l for l in proc.stdout.splitlines() if ' ok checksum ' in l]
@@ -41,10 +46,13 @@ def test_nonfinite_gradient_voids_the_step_and_training_goes_on(job_env, mode):
     for step in (3, 4):
         sums = {l.split(' ok checksum ')[1] for l in lines if 'step %d ok' % step in l}
         assert len(sums) == 1, sums       # every worker pulled the same sum
-    for rank in mode[mode.index('--nan-ranks') + 1].split(',') if '--nan-ranks' in mode \
-            else ['0']:
+    for rank in [] if '--replan' in mode else \
+            mode[mode.index('--nan-ranks') + 1].split(',') if '--nan-ranks' in mode else ['0']:
         assert 'non-finite gradient (NaN or Inf) on this worker (rank %s)' % rank \
             in proc.stderr, proc.stderr[-3000:]
+    if '--replan' in mode:
+        assert proc.stdout.count('finite steps delivered their gradients') == 2, \
+            proc.stdout[-2000:]
 
 
 def test_malformed_payload_is_rejected_and_server_survives(job_env):
