@@ -17,14 +17,19 @@ agreed rate and codec seconds), or from step ``start`` if that is later (until t
 keys follow the rule's plan), ``steps`` steps go all float32 (``FLOAT32``), then
 ``steps`` with the rule's plan (``RULE``) if it compresses some key, then ``steps`` with
 every key the scheme would compress compressed (``SCHEME``) if the rule sent some of them
-float32. Each worker times its steps (from one step's first key to the next step's),
-leaves out the first step of each plan (it carries the switch: a re-plan, a first
-compressed round), and takes the median of the rest. One Sum round gives every worker
-the sum over workers of each plan's median, so every worker keeps the same plan: the
-faster compressed one if it beats float32 by ``KEEP_MARGIN``, else every key float32
-(compression delays part of the gradient in the residual, and the medians of a few steps
-differ by a few percent from noise alone: a plan that is not clearly faster is not worth
-it). A re-plan at a newly agreed rate tries again.
+float32: one round. Each worker times its steps (from one step's first key to the next
+step's), leaves out the first step of each plan (it carries the switch: a re-plan, a
+first compressed round), and takes each plan's median over the rounds so far, with its
+noise (the median's standard error, from the steps' median absolute deviation). One Sum
+round gives every worker the workers' sums of both, so every worker takes the same
+decision: the faster compressed plan if it beats float32 by ``KEEP_MARGIN``, else every
+key float32 (compression delays part of the gradient in the residual: a plan that is not
+clearly faster is not worth it); but while that choice is not clear of the runner-up by
+``CLEAR`` times their noise, another round, up to ``rounds`` (``trial_rounds``). Where
+the plans differ many-fold (slow links) one round decides; where they are close (fast
+links, several workers on few cores: a plan's steps spread by 12-49% around their median
+at 4 workers on 2 cores, the plans 5-20% apart) more rounds resolve them, and a round of
+close plans costs little. A re-plan at a newly agreed rate tries again.
 
 Why not from the first steps (``start``, ``trial_start``, 30 by default): a run's first
 steps are its most fragile, and a plan switched there can tip it over. On cnn512 at 4
@@ -48,6 +53,11 @@ import numpy as np
 FLOAT32, RULE, SCHEME = 'float32', 'rule', 'scheme'
 # A compressed plan is kept only if its step is this much shorter than float32's.
 KEEP_MARGIN = 0.03
+# A choice is clear once it beats the runner-up by this many times their joint noise.
+CLEAR = 2.0
+# The standard error of a median of n normal samples: MEDIAN_SE * MAD / sqrt(n) (the MAD
+# scaled to a standard deviation, 1.4826, times the median's efficiency, 1.2533).
+MEDIAN_SE = 1.4826 * 1.2533
 
 # States of a trial.
 FRESH = 'fresh'          # not begun: begins at the rule's first decision with final
@@ -60,20 +70,23 @@ class PlanTrial:
     """One worker's trial of the plans (module docstring).
 
     ``steps``: steps a plan (0: no trial; the rule's plan is kept untried); ``start``:
-    the first step a trial may begin at (``begin`` waits for it). The store
+    the first step a trial may begin at (``begin`` waits for it); ``rounds``: at most
+    this many rounds of the plans. The store
     calls ``clock`` at each step's first key; the scheme tells ``noted`` what the rule
     chose for a key, asks ``plan(step)`` which plan its keys follow, ``replans_at``
     where the trial switches, and ``decides_at`` where it agrees (``decide``)."""
 
-    def __init__(self, steps, start=0):
-        self.steps, self.earliest = int(steps), int(start)
+    def __init__(self, steps, start=0, rounds=1):
+        self.steps, self.earliest, self.max_rounds = int(steps), int(start), int(rounds)
         self.state = FRESH if self.steps > 0 else DECIDED
         self.start = None           # the step the trial began at
         self.kept = RULE            # the plan that stays once decided
         self.compresses = False     # the rule compressed some key (RULE is tried)
         self.declines = False       # the rule sent some key float32 (SCHEME is tried)
+        self.rounds = 1             # rounds of the plans so far (the one running included)
         self.times = {}             # step -> this worker's clock at the step's first key
         self.seconds = None         # {plan: the workers' mean median step}, once agreed
+        self.noise = None           # {plan: the workers' mean standard error of it}
         self.decided_at = None      # the step it decided at
         self.worker_steps = None    # {plan: this worker's timed step seconds}, once agreed
 
@@ -82,9 +95,9 @@ class PlanTrial:
         is before ``start``: then the rule's plan stays, and the keys re-plan at
         ``start`` (``replans_at``), whose decision begins it."""
         if self.state == FRESH and step >= self.earliest:
-            self.state, self.start, self.times = RUNNING, int(step), {}
+            self.state, self.start, self.times, self.rounds = RUNNING, int(step), {}, 1
             self.compresses = self.declines = False
-            self.seconds = self.decided_at = self.worker_steps = None
+            self.seconds = self.noise = self.decided_at = self.worker_steps = None
 
     def retry(self):
         """Try again at the rule's next decision (a newly agreed rate)."""
@@ -107,7 +120,7 @@ class PlanTrial:
         if self.state != RUNNING:
             return self.kept
         plans = self.plans()
-        return plans[min((step - self.start) // self.steps, len(plans) - 1)]
+        return plans[(step - self.start) // self.steps % len(plans)]
 
     def clock(self, step):
         """This worker's clock at the first key of ``step``."""
@@ -115,11 +128,12 @@ class PlanTrial:
             self.times[step] = time.perf_counter()
 
     def _end(self):
-        return self.start + self.steps * len(self.plans())
+        return self.start + self.steps * len(self.plans()) * self.rounds
 
     def replans_at(self, step):
         """The steps where keys change plan: each plan's first, and the step after the
-        last plan (where the trial decides, before its keys re-plan)."""
+        round's last plan (where the trial decides, or begins another round, before its
+        keys re-plan)."""
         if self.state == RUNNING:
             return step > self.start and (step - self.start) % self.steps == 0 \
                 and step <= self._end()
@@ -137,36 +151,71 @@ class PlanTrial:
         return [self.times[s + 1] - self.times[s] for s in steps
                 if s in self.times and s + 1 in self.times]
 
-    def decide(self, share, workers, step):
-        """Agree on the plan at ``step``: one Sum round of every worker's medians (none if
-        float32 is the only plan), and the same plan kept on every worker."""
+    def plan_steps(self):
+        """{plan: this worker's timed steps of it, over the rounds so far}."""
         plans = self.plans()
-        self.kept = FLOAT32
+        return {p: [t for r in range(self.rounds) for t in self.phase_steps(
+                    self.start + (r * len(plans) + i) * self.steps)]
+                for i, p in enumerate(plans)}
+
+    def decide(self, share, workers, step):
+        """At the end of a round (``step``): one Sum round of every worker's medians and
+        their noise (none if float32 is the only plan), so that every worker takes the
+        same decision: keep a plan, or, while the choice is not clear and rounds are
+        left, run another round."""
+        plans = self.plans()
+        kept = FLOAT32
         if len(plans) > 1:
             from mxnet import ndarray
-            self.worker_steps = {p: self.phase_steps(self.start + i * self.steps)
-                                 for i, p in enumerate(plans)}
-            mine = [_median(self.worker_steps[p]) for p in plans]
+            self.worker_steps = self.plan_steps()
+            mine = [_median(self.worker_steps[p]) for p in plans] + \
+                [_median_error(self.worker_steps[p]) for p in plans]
             total = share(ndarray.array(mine, dtype=np.float32)).asnumpy() / workers
             self.seconds = {p: float(s) for p, s in zip(plans, total)}
-            fastest = min(plans[1:], key=self.seconds.get)
-            if self.seconds[fastest] < (1 - KEEP_MARGIN) * self.seconds[FLOAT32]:
-                self.kept = fastest
+            self.noise = {p: float(s) for p, s in zip(plans, total[len(plans):])}
+            kept, clear = self._choice()
+            if not clear and self.rounds < self.max_rounds:
+                self.rounds += 1
+                return
+        self.kept = kept
         self.state, self.times, self.decided_at = DECIDED, {}, step
+
+    def _choice(self):
+        """(the plan to keep by the agreed medians, whether it is clear of the runner-up
+        by CLEAR times their joint noise). Float32 is weighed at (1 - KEEP_MARGIN) its
+        step: the margin a compressed plan must beat it by."""
+        weight = {p: s * (1 - KEEP_MARGIN) if p == FLOAT32 else s
+                  for p, s in self.seconds.items()}
+        kept, runner_up = sorted(weight, key=weight.get)[:2]
+        noise = (self.noise[kept] ** 2 + self.noise[runner_up] ** 2) ** 0.5
+        return kept, weight[runner_up] - weight[kept] > CLEAR * noise
 
     def as_dict(self):
         """Where the trial is and what it found, for policy_report: 'start' (its first
-        step), 'steps', 'plans' (in the order tried), 'decided', 'seconds' ({plan: the
-        workers' mean median step}; None: nothing was timed, float32 the only plan),
-        'worker_steps' ({plan: this worker's timed steps in seconds}: what its median
-        came from) and 'kept' (the plan that stays); None before it began."""
+        step), 'steps', 'plans' (in the order tried), 'rounds' (of the plans, so far),
+        'decided', 'seconds' ({plan: the workers' mean median step}; None: nothing was
+        timed, float32 the only plan), 'noise' ({plan: the workers' mean standard error
+        of that median}), 'worker_steps' ({plan: this worker's timed steps in seconds}:
+        what its median came from) and 'kept' (the plan that stays); None before it
+        began."""
         if self.start is None:
             return None
         return {'start': self.start, 'steps': self.steps, 'plans': self.plans(),
-                'decided': self.state == DECIDED, 'seconds': self.seconds,
+                'rounds': self.rounds, 'decided': self.state == DECIDED,
+                'seconds': self.seconds, 'noise': self.noise,
                 'worker_steps': self.worker_steps,
                 'kept': self.kept if self.state == DECIDED else None}
 
 
 def _median(seconds):
     return statistics.median(seconds) if seconds else 0.0
+
+
+def _median_error(seconds):
+    """The standard error of ``seconds``' median, from their median absolute deviation
+    (robust to the odd step a garbage collection or a neighbour stretches)."""
+    if len(seconds) < 2:
+        return 0.0
+    middle = statistics.median(seconds)
+    deviation = statistics.median(abs(t - middle) for t in seconds)
+    return MEDIAN_SE * deviation / len(seconds) ** 0.5

@@ -90,7 +90,7 @@ def test_decision_is_the_sum_over_workers(monkeypatch, here, other, kept):
     trial.noted(True)
     trial.noted(False)
     clock.run(trial, range(1, 11), lambda s: here[min((s - 1) // 3, 2)])
-    trial.decide(summing(other), 2, 10)
+    trial.decide(summing(other + [0.0] * 3), 2, 10)     # (no noise on the other)
     assert trial.kept == kept
     assert trial.seconds == pytest.approx(
         {p: (a + b) / 2 for p, a, b in zip(('float32', 'rule', 'scheme'), here, other)})
@@ -99,9 +99,65 @@ def test_decision_is_the_sum_over_workers(monkeypatch, here, other, kept):
     found = trial.as_dict()
     steps = found.pop('worker_steps')      # this worker's own steps, the first left out
     assert found == {'start': 1, 'steps': 3, 'plans': ['float32', 'rule', 'scheme'],
-                     'decided': True, 'seconds': trial.seconds, 'kept': kept}
+                     'rounds': 1, 'decided': True, 'seconds': trial.seconds,
+                     'noise': trial.noise, 'kept': kept}
     for plan, x in zip(('float32', 'rule', 'scheme'), here):
         assert steps[plan] == pytest.approx([x, x])
+
+
+def test_close_plans_run_another_round(monkeypatch):
+    """Plans closer than twice their noise: the trial runs the plans again (float32
+    first), pools each plan's steps over the rounds, and keeps a plan once it is clear;
+    every step of the extra round is a plan switch the keys re-plan at."""
+    clock = Clock(monkeypatch)
+    trial = PlanTrial(4, rounds=3)
+    trial.begin(1)
+    trial.noted(True)
+    # round 1 (steps 1-8): float32 1.00 +- 0.2, rule 0.95 +- 0.2: not clear
+    noisy = {2: 0.8, 3: 1.0, 4: 1.2, 6: 0.75, 7: 0.95, 8: 1.15}
+    clock.run(trial, range(1, 10), lambda s: noisy.get(s, 5.0) if s < 9 else 1.0)
+    trial.decide(summing([0.0] * 4), 1, 9)
+    assert trial.state == plan_trial.RUNNING and trial.rounds == 2
+    assert trial.noise['float32'] > 0.05 and trial.seconds['rule'] == pytest.approx(0.95)
+    assert trial.replans_at(9) and not trial.decides_at(9) and trial.decides_at(17)
+    assert [trial.plan(s) for s in (9, 12, 13, 16)] == ['float32'] * 2 + ['rule'] * 2
+    # round 2 (steps 9-16): float32 steady at 1.0, the rule at 0.6: clear over both rounds
+    clock.run(trial, range(10, 18), lambda s: 1.0 if s < 13 else 0.6)
+    trial.decide(summing([0.0] * 4), 1, 17)
+    assert trial.state == plan_trial.DECIDED and trial.kept == 'rule'
+    assert trial.decided_at == 17 and trial.replans_at(17)
+    steps = trial.as_dict()['worker_steps']
+    assert sorted(steps['float32']) == pytest.approx([0.8, 1.0, 1.0, 1.0, 1.0, 1.2])
+    assert sorted(steps['rule']) == pytest.approx([0.6, 0.6, 0.6, 0.75, 0.95, 1.15])
+
+
+def test_plans_never_clear_stop_at_the_last_round(monkeypatch):
+    """Equal plans: the trial stops after ``rounds`` rounds and keeps float32 (a
+    compressed plan must beat it by KEEP_MARGIN)."""
+    clock = Clock(monkeypatch)
+    trial = PlanTrial(3, rounds=2)
+    trial.begin(0)
+    trial.noted(True)
+    clock.run(trial, range(0, 13), lambda s: 1.0 + 0.1 * (s % 3))
+    trial.decide(summing([0.0] * 4), 1, 6)
+    assert trial.state == plan_trial.RUNNING and trial.decides_at(12)
+    trial.decide(summing([0.0] * 4), 1, 12)
+    assert trial.state == plan_trial.DECIDED and trial.kept == 'float32'
+    assert trial.as_dict()['rounds'] == 2
+
+
+def test_the_workers_noise_is_agreed(monkeypatch):
+    """The decision to run another round is the workers' together: a plan clear on this
+    worker (no noise here) but not on the other (its noise in the sum) runs again."""
+    clock = Clock(monkeypatch)
+    trial = PlanTrial(3, rounds=2)
+    trial.begin(0)
+    trial.noted(True)
+    clock.run(trial, range(0, 7), lambda s: 1.0 if s < 3 else 0.9)
+    # the other worker: the same medians, and a noise of 0.2 on each plan
+    trial.decide(summing([1.0, 0.9, 0.2, 0.2]), 2, 6)
+    assert trial.state == plan_trial.RUNNING
+    assert trial.noise == pytest.approx({'float32': 0.1, 'rule': 0.1})
 
 
 def test_no_key_to_try_no_round():
@@ -175,7 +231,7 @@ def test_hylo_tries_its_plans_and_keeps_the_fastest(monkeypatch):
     assert plans == [(True, True), (False, True), (False, False)]
     assert [s for s in range(10) if scheme.replans_at(s)] == [2, 4, 6]
     clock.run(scheme, range(0, 7), lambda s: [1.0, 0.9, 0.5][min(s // 2, 2)])
-    scheme.settle(6, 0, summing([1.0, 0.9, 0.6]))
+    scheme.settle(6, 0, summing([1.0, 0.9, 0.6, 0.0, 0.0, 0.0]))
     assert scheme.trial.kept == 'scheme' and scheme.replans_at(6)
     assert not scheme.codec_for(CONV, f32, step=6).passthrough
     assert not scheme.codec_for(small, f32, step=6).passthrough

@@ -49,6 +49,11 @@ POLICY_PARAMS = {
                          'are its most fragile: plans switched there tipped one seed of six '
                          'of a small CNN over (plan_trial.py). 0: from the first decision',
                          low=0, rank='leave'),
+    'trial_rounds': Param('int', 4, "policy='auto': at most this many rounds of the "
+                          'plans: another round only while the fastest is not clear of the '
+                          "runner-up by twice their steps' noise (close plans on a noisy "
+                          'host; plan_trial.py). 1: one round, the medians decide',
+                          low=1, rank='leave'),
 }
 
 # The size rule's parameter (Scheme.exempt), as most schemes declare it: one default
@@ -211,7 +216,8 @@ class Scheme:
         """policy='auto''s trial of the plans in the job (plan_trial.py), made at first use."""
         if self.trial is None:
             from ..plan_trial import PlanTrial
-            self.trial = PlanTrial(self.params['trial_steps'], self.params['trial_start'])
+            self.trial = PlanTrial(self.params['trial_steps'], self.params['trial_start'],
+                                   self.params['trial_rounds'])
         return self.trial
 
     def step_started(self, step):
