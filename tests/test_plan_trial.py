@@ -240,7 +240,7 @@ def test_hylo_tries_its_plans_and_keeps_the_fastest(monkeypatch):
 def test_a_new_rate_tries_again(monkeypatch):
     """A measured rate: the trial begins at step 1 (the rule's first decision); after
     it kept the plan, a rate a million times different re-plans at the re-measure step
-    and tries again from there."""
+    and tries again from there; a rate from few bytes does not."""
     from mxnet import ndarray
     clock = Clock(monkeypatch)
     scheme = Hylo(policy='auto', link_rate=0.0, codec_times='shipped', trial_steps=2,
@@ -265,6 +265,12 @@ def test_a_new_rate_tries_again(monkeypatch):
     assert scheme.trial.state == plan_trial.FRESH
     scheme.codec_for(CONV, f32, step=step)
     assert scheme.trial.start == step and scheme.replans_at(step + 2)
+    # a rate 125 times slower, from one round of 1 kB: not evidence of a new link
+    # (policy.RATE_EVIDENCE); the rate stays and the trial runs on
+    scheme.link_meter.add(1e3, 1e-3)
+    scheme.settle(step + 2, 0, rate_round)
+    assert scheme.agreed_rate == pytest.approx(1e9, rel=1e-6)
+    assert scheme.trial.state == plan_trial.RUNNING and scheme.trial.start == step
 
 
 def run_job(tmp_path, job_env, params, steps, slow_plan):

@@ -128,6 +128,18 @@ def test_measured_rate_is_agreed_as_the_mean():
     assert values[0] == values[1] == values[2]
     assert values[0][0] == pytest.approx(3e9, rel=1e-6)
     assert values[0][1] == 0.0      # one size of round each: no line, no round seconds
+    assert values[0][2] == pytest.approx((4e9 + 2e9) / 8 / 2, rel=1e-6)   # bytes timed
+
+
+def test_a_rate_from_few_bytes_does_not_replace_the_agreed_one():
+    """A re-measured rate replaces the agreed one (and re-plans) only if it moved by
+    more than RATE_CHANGE on at least RATE_EVIDENCE of the bytes: the rounds of a
+    compressed plan's small float32 keys are latency-bound, their rate is noise."""
+    assert policy.adopts(0.0, 0.0, 1e9, 1e3)                 # the first rate
+    assert not policy.adopts(1e9, 4e7, 0.0, 0.0)             # nothing timed
+    assert not policy.adopts(1e9, 4e7, 1.5e9, 4e7)           # moved too little
+    assert policy.adopts(1e9, 4e7, 4e9, 1e7)                 # 4x, on a quarter of the bytes
+    assert not policy.adopts(1e9, 4e7, 4e9, 0.9e7)           # 4x, on too few bytes
 
 
 def test_round_seconds_are_agreed_as_the_mean_of_the_lines():
@@ -293,8 +305,9 @@ def test_measured_rate_replans_through_settle():
     def share_with(other_bits):
         def share(array):
             mine = array.asnumpy()
-            # the other worker: a rate, no line (no round seconds)
-            return ndarray.array(mine + np.array([other_bits / 1e6, 1, 0, 0], f32), dtype=f32)
+            # the other worker: a rate, no line (no round seconds), from one second's bytes
+            other = [other_bits / 1e6, 1, 0, 0, other_bits / 8 / 1e6]
+            return ndarray.array(mine + np.array(other, f32), dtype=f32)
         return share
 
     scheme.link_meter.add(1e6 / 8, 1.0)           # 1 Mbit/s here, 3 Mbit/s there

@@ -176,6 +176,7 @@ class Scheme:
     agreed_rate = 0.0           # bits/s the workers agreed on (link_rate=0)
     agreed_round_s = 0.0        # seconds of a round with no bytes, agreed with the rate (0
                                 # with a given link_rate: nothing is timed)
+    agreed_bytes = 0.0          # the link bytes of the rounds the agreed rate came from
     codec_speeds = None         # agreed codec seconds (codec_times='measured', codec_timing.py)
     codec_timing_s = None       # what timing and agreeing on them took this worker (once)
     trial = None                # the plans tried in the job (plan_trial.py)
@@ -251,8 +252,8 @@ class Scheme:
     def settle_policy(self, share, rank, step):
         """Agree on the codecs' seconds (once, codec_timing.py) and on the measured
         rate (one Sum round each); keep the agreed rate unless it moved by more than
-        policy.RATE_CHANGE times (then the plan is tried again); at the end of the
-        trial, agree on its plan (plan_trial.py)."""
+        policy.RATE_CHANGE times on enough bytes (policy.adopts: then the plan is tried
+        again); at the end of a round of the trial, agree on its plan (plan_trial.py)."""
         if self.trial is not None and self.trial.decides_at(step):
             self.trial.decide(share, self.num_workers, step)
         if self.times_codecs() and self.codec_speeds is None:
@@ -264,12 +265,14 @@ class Scheme:
             self.codec_timing_s = time.perf_counter() - start
         if not self.measures_link(0):
             return
-        rate, round_s = _policy.agree_rate(self.link_meter, self.num_workers, share)
+        rate, round_s, link_bytes = _policy.agree_rate(self.link_meter, self.num_workers,
+                                                       share)
         self.link_meter.restart()
-        if rate > 0 and (self.agreed_rate <= 0 or _policy.changed(self.agreed_rate, rate)):
+        if _policy.adopts(self.agreed_rate, self.agreed_bytes, rate, link_bytes):
             if self.agreed_rate > 0 and self.trial is not None:
                 self.trial.retry()
             self.agreed_rate, self.agreed_round_s = rate, round_s
+            self.agreed_bytes = link_bytes
 
     @staticmethod
     def uncompressed(shape, dtype):
