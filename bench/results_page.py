@@ -1101,6 +1101,7 @@ POLICY_FAST_LINKS = 'policy_auto_fast_links.json'
 POLICY_TRIAL = 'policy_auto_trial_fast_links.json'
 POLICY_TRIAL_SLOW = 'policy_auto_trial_slow_links.json'
 POLICY_TRIAL_START = 'policy_auto_trial_from_step30_fast_links.json'
+POLICY_TRIAL_ROUNDS = 'policy_auto_trial_rounds_fast_links.json'
 POLICY_ROUNDS_PRICED = 'policy_auto_8w_rounds_priced.json'
 POLICY_TABLE = (['workers', 'model', 'link', 'passes', 'auto / best', 'median', 'within 5%',
                  'auto / `dist_sync`', 'median', 'not > 3% slower',
@@ -1174,7 +1175,7 @@ def section_policy_fast_links():
         'The 8-worker cells again, with it: %s' % priced['note'],
         table(POLICY_TABLE[0], rows, POLICY_TABLE[1]), src(POLICY_ROUNDS_PRICED),
         _policy_trial_words(rule_rows), _policy_trial_start_words(),
-        _policy_trial_slow_words()]
+        _policy_trial_rounds_words(), _policy_trial_slow_words()]
     return '\n\n'.join(parts)
 
 
@@ -1303,6 +1304,30 @@ def _policy_trial_start_words():
         % ((' and '.join(map(str, missed)), _trial_length(data) - 1)
            + _trial_spread(data, missed)
            + (100 * (min(gaps) - 1), 100 * (max(gaps) - 1)))])
+
+
+def _policy_trial_rounds_words():
+    """The fast-link cells with the trial's rounds (``trial_rounds``): another round of
+    the plans while the fastest is not clear of the runner-up."""
+    data = load(POLICY_TRIAL_ROUNDS)
+    rows, _ = _trial_rows(data)
+    rounds = {}
+    for r, trial in _trials(data):
+        rounds.setdefault(trial['rounds'], []).append(
+            '%d workers %s %s' % (r['workers'], r['model'], r['rate']))
+    cfg = data['passes'][0]['config']
+    return '\n\n'.join([
+        '**With rounds** (`trial_rounds`, 4, the default: the plans run again while the '
+        'fastest is not clear of the runner-up by twice their joint standard error; '
+        'docs/COST_MODEL.md, "The plan tried in the job"), the fast-link cells again, one '
+        'pass, %d timed steps after %d warm-up (four rounds of three plans end by step '
+        '102). %s Within 5%% of the better fixed choice in **%d of %d cells**, not more '
+        'than 3%% slower than `dist_sync` in **%d of %d**. Rounds the trial ran: %s.'
+        % (cfg['steps'], cfg['warmup'], data['note'], met(rows)[0], len(rows),
+           met(rows)[1], len(rows),
+           '; '.join('%d in %s' % (n, ', '.join(cells))
+                     for n, cells in sorted(rounds.items()))),
+        _trial_table(rows, POLICY_TRIAL_ROUNDS)])
 
 
 def _trial_length(data):
