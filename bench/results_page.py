@@ -1315,6 +1315,17 @@ def _policy_trial_rounds_words():
     for r, trial in _trials(data):
         rounds.setdefault(trial['rounds'], []).append(
             '%d workers %s %s' % (r['workers'], r['model'], r['rate']))
+    one_round, _ = _trial_rows(load(POLICY_TRIAL_START))
+    same = []           # misses where auto kept the very plan of a fixed choice
+    for r, trial in _trials(data):
+        cell = [row for row in rows if tuple(row[:3]) == (r['workers'], r['model'], r['rate'])]
+        if cell and (cell[0][6] != 'yes' or cell[0][9] != 'yes'):
+            fixed = ('`dist_sync`' if trial['kept'] == 'float32' else
+                     'Hylo' if trial['kept'] == 'scheme' or 'scheme' not in trial['plans']
+                     else None)
+            if fixed:
+                same.append('%d workers, %s, %s (%s\'s plan)'
+                            % (r['workers'], r['model'], r['rate'], fixed))
     cfg = data['passes'][0]['config']
     return '\n\n'.join([
         '**With rounds** (`trial_rounds`, 4, the default: the plans run again while the '
@@ -1327,7 +1338,12 @@ def _policy_trial_rounds_words():
            met(rows)[1], len(rows),
            '; '.join('%d in %s' % (n, ', '.join(cells))
                      for n, cells in sorted(rounds.items()))),
-        _trial_table(rows, POLICY_TRIAL_ROUNDS)])
+        _trial_table(rows, POLICY_TRIAL_ROUNDS),
+        'Against one round (the table before: %d and %d of %d), the rounds resolved the '
+        'close plans at 4 workers. The cells missed here ran the very plan of a fixed '
+        'choice: %s; the gap is the jobs\' spread and, for float32, the plugin\'s own '
+        'path of float32 keys.'
+        % (tuple(met(one_round)) + (len(one_round), '; '.join(same) or 'none'))])
 
 
 def _trial_length(data):
