@@ -515,18 +515,9 @@ def replanning_hylo():
     registry are global, and a scheme left in them shows in every later test's list of
     schemes (tests/test_cost_model.py and tests/test_params_doc.py fail on it)."""
     from kvstore_ext.registry import SCHEMES
-    from kvstore_ext.schemes import Hylo
+    from job_util import hylo_float32_from
 
-    class Warm(Hylo):
-        name = 'test_local_replan'
-
-        def replans_at(self, step):
-            return step == 2
-
-        def codec_for(self, shape, dtype, step=0):
-            return (super().codec_for(shape, dtype) if step < 2
-                    else self.uncompressed(shape, dtype))
-
+    Warm = hylo_float32_from(2, 'test_local_replan')
     store_class = kvstore_ext.register_scheme(Warm)
     yield store_class.__name__
     del SCHEMES[Warm.name]

@@ -22,7 +22,7 @@ import signal
 
 import numpy as np
 
-from job_util import job_pids, one_process_store
+from job_util import hylo_float32_from, job_pids, one_process_store
 
 
 def main():
@@ -116,19 +116,7 @@ def main():
 def replanning_hylo():
     """The kvstore type of a Hylo that re-plans every key to float32 at step 2."""
     import kvstore_ext
-    from kvstore_ext.schemes import Hylo
-
-    class ReplanAtTwo(Hylo):
-        name = 'test_replan_at_two'
-
-        def replans_at(self, step):
-            return step == 2
-
-        def codec_for(self, shape, dtype, step=0):
-            return (super().codec_for(shape, dtype) if step < 2
-                    else self.uncompressed(shape, dtype))
-
-    return kvstore_ext.register_scheme(ReplanAtTwo).__name__
+    return kvstore_ext.register_scheme(hylo_float32_from(2, 'test_replan_at_two')).__name__
 
 
 NAN_RANKS = [0]        # whose gradient holds a NaN at step 2 (--nan-ranks)

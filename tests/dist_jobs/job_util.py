@@ -45,3 +45,21 @@ def one_process_store(kvstore, params):
         os.environ['DMLC_ROLE'] = role
     store.set_gradient_compression(params)
     return store
+
+
+def hylo_float32_from(first, name):
+    """A Hylo scheme class, named ``name``, that re-plans every key to float32 at step
+    ``first`` (what a re-plan hands over is then tested)."""
+    from kvstore_ext.schemes import Hylo
+
+    class Float32From(Hylo):
+        def replans_at(self, step):
+            return step == first
+
+        def codec_for(self, shape, dtype, step=0):
+            return (super().codec_for(shape, dtype) if step < first
+                    else self.uncompressed(shape, dtype))
+
+    Float32From.name = name
+    return Float32From
+
