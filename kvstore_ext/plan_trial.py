@@ -31,6 +31,14 @@ links, several workers on few cores: a plan's steps spread by 12-49% around thei
 at 4 workers on 2 cores, the plans 5-20% apart) more rounds resolve them, and a round of
 close plans costs little. A re-plan at a newly agreed rate tries again.
 
+Where float32 cannot win, it is not tried: at a slow link its steps cost the most
+(23 s each at 8 workers and 50 Mbit/s on the vgg-like net, where Hylo's plan takes
+about 2). The steps before the trial run the rule's plan; the workers agree on their
+median (one Sum round where the trial begins), and if every key float32 would spend
+more than ``SKIP_FLOAT32`` times that step on the busiest link alone (the cost model's
+float32 wire seconds of the keys the scheme would compress, summed: a bound no overlap
+with compute can beat), the trial times only the compressed plans.
+
 Why not from the first steps (``start``, ``trial_start``, 30 by default): a run's first
 steps are its most fragile, and a plan switched there can tip it over. On cnn512 at 4
 workers and a constant rate of 0.05 with momentum 0.9, Hylo's own run of one seed of six
@@ -53,6 +61,8 @@ import numpy as np
 FLOAT32, RULE, SCHEME = 'float32', 'rule', 'scheme'
 # A compressed plan is kept only if its step is this much shorter than float32's.
 KEEP_MARGIN = 0.03
+# Float32 is not tried if its wire seconds alone exceed this many times the rule's step.
+SKIP_FLOAT32 = 2.0
 # A choice is clear once it beats the runner-up by this many times their joint noise.
 CLEAR = 2.0
 # The standard error of a median of n normal samples: MEDIAN_SE * MAD / sqrt(n) (the MAD
@@ -89,6 +99,12 @@ class PlanTrial:
         self.noise = None           # {plan: the workers' mean standard error of it}
         self.decided_at = None      # the step it decided at
         self.worker_steps = None    # {plan: this worker's timed step seconds}, once agreed
+        self.before = {}            # step -> clock at its first key, before the trial
+        self.before_s = 0.0         # the workers' mean median step before it (agree_before)
+        self.pricing = (None, 0.0, False)   # (step, float32 wire s, a key compressed) of
+                                            # the rule's decision being made
+        self.last_priced = (0.0, False)     # ... of the last complete decision
+        self.skips_float32 = False  # float32 cannot win: not tried (SKIP_FLOAT32)
 
     def begin(self, step):
         """Start a trial at ``step`` (the rule's decision with final inputs), unless it
@@ -98,11 +114,44 @@ class PlanTrial:
             self.state, self.start, self.times, self.rounds = RUNNING, int(step), {}, 1
             self.compresses = self.declines = False
             self.seconds = self.noise = self.decided_at = self.worker_steps = None
+            wire, compressed = self.last_priced
+            self.skips_float32 = bool(compressed and self.before_s > 0
+                                      and wire > SKIP_FLOAT32 * self.before_s)
+            self.before, self.before_s = {}, 0.0
 
     def retry(self):
         """Try again at the rule's next decision (a newly agreed rate)."""
         if self.steps > 0:
             self.state, self.kept = FRESH, RULE
+            self.before, self.before_s = {}, 0.0
+
+    def priced(self, step, compressed, wire_seconds):
+        """What the rule chose for a key at ``step`` and the float32 wire seconds of its
+        tensor (policy.float32_wire_seconds), called as each key is planned, before
+        ``begin``: a step's sums are complete when the next decision's first key
+        comes, so the trial weighs the decision before the one it begins at."""
+        at, wire, any_compressed = self.pricing
+        if step != at:
+            if at is not None:
+                self.last_priced = (wire, any_compressed)
+            at, wire, any_compressed = step, 0.0, False
+        self.pricing = (at, wire + wire_seconds, any_compressed or compressed)
+
+    def begins_at(self, step):
+        """True at ``trial_start``, where the trial begins after steps of the rule's
+        plan: the workers then agree on their step (``agree_before``)."""
+        return self.state == FRESH and self.earliest > 0 and step == self.earliest
+
+    def agree_before(self, share, workers):
+        """One Sum round: the workers' mean of their median step before the trial (the
+        first clocked step left out: it carries the rule's re-plan)."""
+        from mxnet import ndarray
+        steps = sorted(self.before)[1:]
+        mine = _median([self.before[s + 1] - self.before[s] for s in steps
+                        if s + 1 in self.before])
+        total = share(ndarray.array([mine, 1.0 if mine > 0 else 0.0],
+                                    dtype=np.float32)).asnumpy()
+        self.before_s = float(total[0] / total[1]) if total[1] == workers else 0.0
 
     def noted(self, compressed):
         """What the rule chose for a key (called as each key is planned)."""
@@ -113,7 +162,8 @@ class PlanTrial:
     def plans(self):
         """The plans this trial times, in order (every key's choice is made at the
         trial's first step, so this is fixed from the next step on)."""
-        return [FLOAT32] + [RULE] * self.compresses + [SCHEME] * self.declines
+        compressed = [RULE] * self.compresses + [SCHEME] * self.declines
+        return compressed if self.skips_float32 and compressed else [FLOAT32] + compressed
 
     def plan(self, step):
         """The plan keys follow at ``step``: FLOAT32, RULE or SCHEME."""
@@ -123,9 +173,11 @@ class PlanTrial:
         return plans[(step - self.start) // self.steps % len(plans)]
 
     def clock(self, step):
-        """This worker's clock at the first key of ``step``."""
+        """This worker's clock at the first key of ``step`` (before the trial too)."""
         if self.state == RUNNING:
             self.times[step] = time.perf_counter()
+        elif self.state == FRESH:
+            self.before[step] = time.perf_counter()
 
     def _end(self):
         return self.start + self.steps * len(self.plans()) * self.rounds
@@ -164,7 +216,7 @@ class PlanTrial:
         same decision: keep a plan, or, while the choice is not clear and rounds are
         left, run another round."""
         plans = self.plans()
-        kept = FLOAT32
+        kept = plans[0]
         if len(plans) > 1:
             from mxnet import ndarray
             self.worker_steps = self.plan_steps()
@@ -196,15 +248,16 @@ class PlanTrial:
         'decided', 'seconds' ({plan: the workers' mean median step}; None: nothing was
         timed, float32 the only plan), 'noise' ({plan: the workers' mean standard error
         of that median}), 'worker_steps' ({plan: this worker's timed steps in seconds}:
-        what its median came from) and 'kept' (the plan that stays); None before it
-        began."""
+        what its median came from), 'kept' (the plan that stays) and 'float32_skipped'
+        (float32 was not tried: SKIP_FLOAT32); None before it began."""
         if self.start is None:
             return None
         return {'start': self.start, 'steps': self.steps, 'plans': self.plans(),
                 'rounds': self.rounds, 'decided': self.state == DECIDED,
                 'seconds': self.seconds, 'noise': self.noise,
                 'worker_steps': self.worker_steps,
-                'kept': self.kept if self.state == DECIDED else None}
+                'kept': self.kept if self.state == DECIDED else None,
+                'float32_skipped': self.skips_float32}
 
 
 def _median(seconds):

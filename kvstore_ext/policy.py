@@ -120,6 +120,18 @@ def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=No
             < raw.wire_seconds)
 
 
+def float32_wire_seconds(shape, workers, servers, rate_bits, chunk_size=1 << 20,
+                         round_s=0.0):
+    """The seconds a float32 tensor of ``shape`` takes on the busiest link at
+    ``rate_bits`` (the cost model's wire share): a step that sends it float32 takes at
+    least the sum of these over its keys, however it overlaps with compute."""
+    from . import cost
+    from .codecs import FP32Codec
+    link = cost.Link(rate_bits / 8.0, round_s / 2.0)
+    return cost.cost(FP32Codec(shape), workers, servers, link, cost.KernelSpeeds(),
+                     chunk_size).wire_seconds
+
+
 def crossover(codec, workers, servers, chunk_size=1 << 20):
     """The link rate (bits/s) below which ``codec`` is predicted faster than float32
     (inf if always, 0 if never): raw wire = codec + compressed wire, solved for B."""

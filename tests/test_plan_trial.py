@@ -100,7 +100,7 @@ def test_decision_is_the_sum_over_workers(monkeypatch, here, other, kept):
     steps = found.pop('worker_steps')      # this worker's own steps, the first left out
     assert found == {'start': 1, 'steps': 3, 'plans': ['float32', 'rule', 'scheme'],
                      'rounds': 1, 'decided': True, 'seconds': trial.seconds,
-                     'noise': trial.noise, 'kept': kept}
+                     'noise': trial.noise, 'kept': kept, 'float32_skipped': False}
     for plan, x in zip(('float32', 'rule', 'scheme'), here):
         assert steps[plan] == pytest.approx([x, x])
 
@@ -196,6 +196,40 @@ def test_hylo_keeps_the_rule_plan_until_the_trial_start():
     assert [s for s in range(1, 12) if scheme.replans_at(s)] == [4]
     assert scheme.codec_for(CONV, f32, step=4).passthrough
     assert scheme.trial.start == 4 and scheme.replans_at(6)
+
+
+@pytest.mark.parametrize('rate, tried', [(1e6, ['rule']), (5e9, ['float32', 'rule'])])
+def test_float32_is_not_tried_where_its_wire_alone_loses(monkeypatch, rate, tried):
+    """Steps 1-3 run the rule's plan (1 s each, agreed at step 4 where the trial
+    begins). At 1 Mbit/s the conv layer's float32 round alone takes 38 s on the link,
+    more than twice that step: the trial times only the rule's plan. At 5 Gbit/s
+    (0.008 s) float32 is tried first, as always."""
+    clock = Clock(monkeypatch)
+    scheme = Hylo(policy='auto', link_rate=rate, codec_times='shipped', trial_steps=2,
+                  trial_start=4, size_threshold=100)
+    scheme.num_workers = 1
+    assert not scheme.codec_for(CONV, f32, step=0).passthrough      # the rule's plan
+    clock.run(scheme, range(1, 5), lambda s: 1.0)
+    scheme.settle(4, 0, lambda a: a)
+    assert scheme.trial.before_s == pytest.approx(1.0)
+    plan = scheme.codec_for(CONV, f32, step=4)
+    assert scheme.trial.plans() == tried and plan.passthrough == (tried[0] == 'float32')
+    assert scheme.trial.as_dict()['float32_skipped'] == (tried == ['rule'])
+    if tried == ['rule']:          # one plan: kept at the end of its steps, no round
+        clock.run(scheme, range(5, 7), lambda s: 1.0)
+        assert scheme.trial.decides_at(6)
+        scheme.trial.decide(lambda a: pytest.fail('a round for one plan'), 1, 6)
+        assert scheme.trial.kept == 'rule' and not scheme.codec_for(CONV, f32, 6).passthrough
+
+
+def test_no_steps_before_no_skip():
+    """A trial from the first decision has no step of the rule's plan to weigh: every
+    plan is tried, whatever the rate."""
+    scheme = Hylo(policy='auto', link_rate=1e6, codec_times='shipped', trial_steps=2,
+                  trial_start=0, size_threshold=100)
+    scheme.num_workers = 1
+    assert scheme.codec_for(CONV, f32, step=0).passthrough
+    assert scheme.trial.plans() == ['float32', 'rule']
 
 
 def test_one_step_is_refused():

@@ -206,6 +206,9 @@ class Scheme:
             return codec if compressed else self.uncompressed(codec.shape, np.float32)
         from .. import plan_trial
         trial = self.plan_trial()
+        trial.priced(step, compressed, _policy.float32_wire_seconds(
+            codec.shape, self.num_workers, _policy.servers(), rate,
+            self.params['chunk_size'], self.agreed_round_s))
         trial.begin(step)
         trial.noted(compressed)
         plan = trial.plan(step)
@@ -253,9 +256,12 @@ class Scheme:
         """Agree on the codecs' seconds (once, codec_timing.py) and on the measured
         rate (one Sum round each); keep the agreed rate unless it moved by more than
         policy.RATE_CHANGE times on enough bytes (policy.adopts: then the plan is tried
-        again); at the end of a round of the trial, agree on its plan (plan_trial.py)."""
+        again); at the end of a round of the trial, agree on its plan, and where it
+        begins, on the step before it (plan_trial.py)."""
         if self.trial is not None and self.trial.decides_at(step):
             self.trial.decide(share, self.num_workers, step)
+        if self.trial is not None and self.trial.begins_at(step):
+            self.trial.agree_before(share, self.num_workers)
         if self.times_codecs() and self.codec_speeds is None:
             from .. import codec_timing
             start = time.perf_counter()
