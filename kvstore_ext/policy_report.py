@@ -76,6 +76,8 @@ def line(found):
         tried = ('; plans tried in the job (ms a step): %s; kept: %s' % (
             ', '.join('%s %.1f' % (p, 1e3 * s) for p, s in trial['seconds'].items()),
             trial['kept']))
+    if trial is not None and trial.get('float32_skipped'):
+        tried += ' (float32 not tried: its bytes alone would take over twice the step)'
     return ("policy='auto': link rate %.0f Mbit/s, %s, a round %.2f ms, codec times %s%s: "
             "%d of %d keys compressed%s"
             % (found['rate_bits'] / 1e6, how, 1e3 * found['round_s'], times, tried,

@@ -215,6 +215,12 @@ def test_float32_is_not_tried_where_its_wire_alone_loses(monkeypatch, rate, trie
     plan = scheme.codec_for(CONV, f32, step=4)
     assert scheme.trial.plans() == tried and plan.passthrough == (tried[0] == 'float32')
     assert scheme.trial.as_dict()['float32_skipped'] == (tried == ['rule'])
+    from kvstore_ext import policy_report
+    said = policy_report.line({'rate_bits': rate, 'rate_source': 'given', 'rate_fit': None,
+                               'round_s': 0.0, 'codec_times': 'shipped',
+                               'codec_timing_s': None, 'trial': scheme.trial.as_dict(),
+                               'compressed': {'conv': True}})
+    assert ('float32 not tried' in said) == (tried == ['rule']), said
     if tried == ['rule']:          # one plan: kept at the end of its steps, no round
         clock.run(scheme, range(5, 7), lambda s: 1.0)
         assert scheme.trial.decides_at(6)
