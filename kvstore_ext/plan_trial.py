@@ -33,7 +33,7 @@ close plans costs little. A re-plan at a newly agreed rate tries again.
 
 Where float32 cannot win, it is not tried: at a slow link its steps cost the most
 (23 s each at 8 workers and 50 Mbit/s on the vgg-like net, where Hylo's plan takes
-about 2). The steps before the trial run the rule's plan; the workers agree on their
+4.5). The steps before the trial run the rule's plan; the workers agree on their
 median (one Sum round where the trial begins), and if every key float32 would spend
 more than ``SKIP_FLOAT32`` times that step on the busiest link alone (the cost model's
 float32 wire seconds of the keys the scheme would compress, summed: a bound no overlap
