@@ -1102,6 +1102,7 @@ POLICY_TRIAL = 'policy_auto_trial_fast_links.json'
 POLICY_TRIAL_SLOW = 'policy_auto_trial_slow_links.json'
 POLICY_TRIAL_START = 'policy_auto_trial_from_step30_fast_links.json'
 POLICY_TRIAL_ROUNDS = 'policy_auto_trial_rounds_fast_links.json'
+POLICY_TRIAL_SKIP = 'policy_auto_trial_skip_float32_slow.json'
 POLICY_ROUNDS_PRICED = 'policy_auto_8w_rounds_priced.json'
 POLICY_TABLE = (['workers', 'model', 'link', 'passes', 'auto / best', 'median', 'within 5%',
                  'auto / `dist_sync`', 'median', 'not > 3% slower',
@@ -1175,7 +1176,8 @@ def section_policy_fast_links():
         'The 8-worker cells again, with it: %s' % priced['note'],
         table(POLICY_TABLE[0], rows, POLICY_TABLE[1]), src(POLICY_ROUNDS_PRICED),
         _policy_trial_words(rule_rows), _policy_trial_start_words(),
-        _policy_trial_rounds_words(), _policy_trial_slow_words()]
+        _policy_trial_rounds_words(), _policy_trial_slow_words(),
+        _policy_trial_skip_words()]
     return '\n\n'.join(parts)
 
 
@@ -1344,6 +1346,34 @@ def _policy_trial_rounds_words():
         'choice: %s; the gap is the jobs\' spread and, for float32, the plugin\'s own '
         'path of float32 keys.'
         % (tuple(met(one_round)) + (len(one_round), '; '.join(same) or 'none'))])
+
+
+def _policy_trial_skip_words():
+    """The slow-link cell whose float32 steps cost the trial most, with float32 not
+    tried where its bytes alone lose (plan_trial.SKIP_FLOAT32)."""
+    data = load(POLICY_TRIAL_SKIP)
+    runs = {r['scheme']: r for r in data['runs'] if r.get('step_s')}
+    auto = next(r for s, r in runs.items() if 'auto' in s)
+    hylo = runs['dist_sync_hylo']
+    trial = auto['policy']['trial']
+    cell = (auto['workers'], auto['model'], auto['rate'])
+    plain = next(r for result in load(POLICY_TRIAL_SLOW)['passes'] for r in result['runs']
+                 if (r['workers'], r['model'], r['rate']) == cell
+                 and r['scheme'] == 'dist_sync' and r.get('step_s'))
+    cfg = data['config']
+    return '\n\n'.join([
+        '**Float32 not tried where it cannot win** (docs/COST_MODEL.md, "The plan tried '
+        'in the job"): %d workers, `%s`, %s, the defaults (the trial from step %d), %d '
+        'timed steps after %d warm-up. The trial timed %s (float32 not tried: %s) and kept '
+        '`%s`; `auto`\'s step %.2f s against Hylo\'s %.2f s in the same pass (%.2fx); a '
+        'float32 step of this cell takes %.1f s (`dist_sync`, %s), so the six float32 '
+        'steps the trial no longer runs cost about %.0f s a job. %s'
+        % (cell[0], cell[1], cell[2], trial['start'], cfg['steps'], cfg['warmup'],
+           ', '.join('`%s`' % p for p in trial['plans']),
+           'yes' if trial.get('float32_skipped') else 'no', trial['kept'],
+           auto['step_s'], hylo['step_s'], auto['step_s'] / hylo['step_s'],
+           plain['step_s'], files(POLICY_TRIAL_SLOW),
+           6 * (plain['step_s'] - hylo['step_s']), src(POLICY_TRIAL_SKIP))])
 
 
 def _trial_length(data):
