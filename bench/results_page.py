@@ -1366,8 +1366,8 @@ def _policy_trial_skip_words():
         'in the job"): %d workers, `%s`, %s, the defaults (the trial from step %d), %d '
         'timed steps after %d warm-up. The trial timed %s (float32 not tried: %s) and kept '
         '`%s`; `auto`\'s step %.2f s against Hylo\'s %.2f s in the same pass (%.2fx); a '
-        'float32 step of this cell takes %.1f s (`dist_sync`, %s), so the six float32 '
-        'steps the trial no longer runs cost about %.0f s a job. %s'
+        'float32 step of this cell takes %.1f s (`dist_sync`, %s): not trying float32 '
+        'saves about %.0f s a job (six float32 steps). %s'
         % (cell[0], cell[1], cell[2], trial['start'], cfg['steps'], cfg['warmup'],
            ', '.join('`%s`' % p for p in trial['plans']),
            'yes' if trial.get('float32_skipped') else 'no', trial['kept'],
