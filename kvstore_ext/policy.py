@@ -106,7 +106,6 @@ def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=No
     workers agreed on (codec_timing.py); None: the shipped table. ``round_s``: the
     seconds of a round with no bytes (the module docstring's ``a``)."""
     from . import cost
-    from .codecs import FP32Codec
     if codec.passthrough:
         return False
     link = cost.Link(rate_bits / 8.0, round_s / 2.0)     # one way: half a round
@@ -115,9 +114,9 @@ def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=No
     packed = cost.cost(codec, workers, servers, link, speeds, chunk_size)
     if packed.codec_seconds is None:
         return True
-    raw = cost.cost(FP32Codec(codec.shape), workers, servers, link, speeds, chunk_size)
     return (packed.codec_seconds + packed.server_seconds + packed.wire_seconds
-            < raw.wire_seconds)
+            < float32_wire_seconds(codec.shape, workers, servers, rate_bits, chunk_size,
+                                   round_s))
 
 
 def float32_wire_seconds(shape, workers, servers, rate_bits, chunk_size=1 << 20,
