@@ -24,12 +24,19 @@ noise (the median's standard error, from the steps' median absolute deviation). 
 round gives every worker the workers' sums of both, so every worker takes the same
 decision: the faster compressed plan if it beats float32 by ``KEEP_MARGIN``, else every
 key float32 (compression delays part of the gradient in the residual: a plan that is not
-clearly faster is not worth it); but while that choice is not clear of the runner-up by
-``CLEAR`` times their noise, another round, up to ``rounds`` (``trial_rounds``). Where
-the plans differ many-fold (slow links) one round decides; where they are close (fast
-links, several workers on few cores: a plan's steps spread by 12-49% around their median
-at 4 workers on 2 cores, the plans 5-20% apart) more rounds resolve them, and a round of
-close plans costs little. A re-plan at a newly agreed rate tries again.
+clearly faster is not worth it). A plan is out of the running once the choice beats it
+by ``CLEAR`` times their joint noise, or once it is within ``INDIFFERENT`` of the
+choice (as good, for a policy whose promise is a step within 5% of the better fixed
+choice); while some plan is in neither case, another round of the choice and those
+plans, up to ``rounds`` (``trial_rounds``). Where the plans differ many-fold (slow links)
+one round decides; where they differ by 5-20% and their steps are noisy (several workers
+on few cores: a plan's steps spread by 12-49% around their median at 4 workers on 2
+cores) more rounds resolve them. Plans that close are not worth more rounds: every
+switch of plan costs the run accuracy (a key leaving its codec hands its residual over
+in one step, one entering starts with none), and on loopback at 4 workers, where the
+plans are within a few percent, rounds of every plan ran to the short run's end (10
+switches) and ended 1.3 points below ``dist_sync`` over 8 seeds, one round 0.3
+(docs/COST_MODEL.md, "Accuracy"). A re-plan at a newly agreed rate tries again.
 
 Where float32 cannot win, it is not tried: at a slow link its steps cost the most
 (23 s each at 8 workers and 50 Mbit/s on the vgg-like net, where Hylo's plan takes
@@ -63,8 +70,11 @@ FLOAT32, RULE, SCHEME = 'float32', 'rule', 'scheme'
 KEEP_MARGIN = 0.03
 # Float32 is not tried if its wire seconds alone exceed this many times the rule's step.
 SKIP_FLOAT32 = 2.0
-# A choice is clear once it beats the runner-up by this many times their joint noise.
+# A plan is out of the running once the choice beats it by this many times their joint
+# noise ...
 CLEAR = 2.0
+# ... or once it is within this fraction of the choice's step (as good as the choice).
+INDIFFERENT = 0.05
 # The standard error of a median of n normal samples: MEDIAN_SE * MAD / sqrt(n) (the MAD
 # scaled to a standard deviation, 1.4826, times the median's efficiency, 1.2533).
 MEDIAN_SE = 1.4826 * 1.2533
@@ -94,6 +104,8 @@ class PlanTrial:
         self.compresses = False     # the rule compressed some key (RULE is tried)
         self.declines = False       # the rule sent some key float32 (SCHEME is tried)
         self.rounds = 1             # rounds of the plans so far (the one running included)
+        self.later = []             # the plans of the rounds after the first, phase by phase
+        self.running = None         # the plans of the round running (None: the first's)
         self.times = {}             # step -> this worker's clock at the step's first key
         self.seconds = None         # {plan: the workers' mean median step}, once agreed
         self.noise = None           # {plan: the workers' mean standard error of it}
@@ -112,6 +124,7 @@ class PlanTrial:
         ``start`` (``replans_at``), whose decision begins it."""
         if self.state == FRESH and step >= self.earliest:
             self.state, self.start, self.times, self.rounds = RUNNING, int(step), {}, 1
+            self.later, self.running = [], None
             self.compresses = self.declines = False
             self.seconds = self.noise = self.decided_at = self.worker_steps = None
             wire, compressed = self.last_priced
@@ -165,12 +178,17 @@ class PlanTrial:
         compressed = [RULE] * self.compresses + [SCHEME] * self.declines
         return compressed if self.skips_float32 and compressed else [FLOAT32] + compressed
 
+    def schedule(self):
+        """The plan of each phase so far: the first round's plans, then each later
+        round's (the plans still in the running)."""
+        return self.plans() + self.later
+
     def plan(self, step):
         """The plan keys follow at ``step``: FLOAT32, RULE or SCHEME."""
         if self.state != RUNNING:
             return self.kept
-        plans = self.plans()
-        return plans[(step - self.start) // self.steps % len(plans)]
+        schedule = self.schedule()
+        return schedule[min((step - self.start) // self.steps, len(schedule) - 1)]
 
     def clock(self, step):
         """This worker's clock at the first key of ``step`` (before the trial too)."""
@@ -180,7 +198,7 @@ class PlanTrial:
             self.before[step] = time.perf_counter()
 
     def _end(self):
-        return self.start + self.steps * len(self.plans()) * self.rounds
+        return self.start + self.steps * len(self.schedule())
 
     def replans_at(self, step):
         """The steps where keys change plan: each plan's first, and the step after the
@@ -205,17 +223,17 @@ class PlanTrial:
 
     def plan_steps(self):
         """{plan: this worker's timed steps of it, over the rounds so far}."""
-        plans = self.plans()
-        return {p: [t for r in range(self.rounds) for t in self.phase_steps(
-                    self.start + (r * len(plans) + i) * self.steps)]
-                for i, p in enumerate(plans)}
+        found = {}
+        for i, p in enumerate(self.schedule()):
+            found.setdefault(p, []).extend(self.phase_steps(self.start + i * self.steps))
+        return found
 
     def decide(self, share, workers, step):
         """At the end of a round (``step``): one Sum round of every worker's medians and
         their noise (none if float32 is the only plan), so that every worker takes the
         same decision: keep a plan, or, while the choice is not clear and rounds are
-        left, run another round."""
-        plans = self.plans()
+        left, run another round of the plans still in the running."""
+        plans = self.running or self.plans()
         kept = plans[0]
         if len(plans) > 1:
             from mxnet import ndarray
@@ -223,28 +241,39 @@ class PlanTrial:
             mine = [_median(self.worker_steps[p]) for p in plans] + \
                 [_median_error(self.worker_steps[p]) for p in plans]
             total = share(ndarray.array(mine, dtype=np.float32)).asnumpy() / workers
-            self.seconds = {p: float(s) for p, s in zip(plans, total)}
-            self.noise = {p: float(s) for p, s in zip(plans, total[len(plans):])}
-            kept, clear = self._choice()
-            if not clear and self.rounds < self.max_rounds:
+            self.seconds = dict(self.seconds or {}, **{p: float(s) for p, s in
+                                                       zip(plans, total)})
+            self.noise = dict(self.noise or {}, **{p: float(s) for p, s in
+                                                   zip(plans, total[len(plans):])})
+            kept, unresolved = self._choice(plans)
+            if unresolved and self.rounds < self.max_rounds:
                 self.rounds += 1
+                self.running = [p for p in plans if p == kept or p in unresolved]
+                self.later += self.running
                 return
         self.kept = kept
         self.state, self.times, self.decided_at = DECIDED, {}, step
 
-    def _choice(self):
-        """(the plan to keep by the agreed medians, whether it is clear of the runner-up
-        by CLEAR times their joint noise). Float32 is weighed at (1 - KEEP_MARGIN) its
-        step: the margin a compressed plan must beat it by."""
-        weight = {p: s * (1 - KEEP_MARGIN) if p == FLOAT32 else s
-                  for p, s in self.seconds.items()}
-        kept, runner_up = sorted(weight, key=weight.get)[:2]
-        noise = (self.noise[kept] ** 2 + self.noise[runner_up] ** 2) ** 0.5
-        return kept, weight[runner_up] - weight[kept] > CLEAR * noise
+    def _choice(self, plans):
+        """(the plan of ``plans`` to keep by the agreed medians, the others still in
+        the running: neither beaten by CLEAR times their joint noise with the choice,
+        nor within INDIFFERENT of its step). Float32 is weighed at (1 - KEEP_MARGIN)
+        its step: the margin a compressed plan must beat it by."""
+        weight = {p: self.seconds[p] * (1 - KEEP_MARGIN) if p == FLOAT32 else
+                  self.seconds[p] for p in plans}
+        kept = min(plans, key=weight.get)
+        unresolved = []
+        for p in plans:
+            gap = weight[p] - weight[kept]
+            noise = (self.noise[kept] ** 2 + self.noise[p] ** 2) ** 0.5
+            if p != kept and INDIFFERENT * weight[kept] <= gap <= CLEAR * noise:
+                unresolved.append(p)
+        return kept, unresolved
 
     def as_dict(self):
         """Where the trial is and what it found, for policy_report: 'start' (its first
-        step), 'steps', 'plans' (in the order tried), 'rounds' (of the plans, so far),
+        step), 'steps', 'plans' (in the order tried), 'schedule' (the plan of each
+        phase so far: the first round's, then the plans each later round ran), 'rounds',
         'decided', 'seconds' ({plan: the workers' mean median step}; None: nothing was
         timed, float32 the only plan), 'noise' ({plan: the workers' mean standard error
         of that median}), 'worker_steps' ({plan: this worker's timed steps in seconds}:
@@ -253,7 +282,7 @@ class PlanTrial:
         if self.start is None:
             return None
         return {'start': self.start, 'steps': self.steps, 'plans': self.plans(),
-                'rounds': self.rounds, 'decided': self.state == DECIDED,
+                'schedule': self.schedule(), 'rounds': self.rounds, 'decided': self.state == DECIDED,
                 'seconds': self.seconds, 'noise': self.noise,
                 'worker_steps': self.worker_steps,
                 'kept': self.kept if self.state == DECIDED else None,

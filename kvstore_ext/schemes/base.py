@@ -50,9 +50,10 @@ POLICY_PARAMS = {
                          'of a small CNN over (plan_trial.py). 0: from the first decision',
                          low=0, rank='leave'),
     'trial_rounds': Param('int', 4, "policy='auto': at most this many rounds of the "
-                          'plans: another round only while the fastest is not clear of the '
-                          "runner-up by twice their steps' noise (close plans on a noisy "
-                          'host; plan_trial.py). 1: one round, the medians decide',
+                          'plans: another round of the fastest and the plans neither beaten '
+                          "by twice their steps' noise nor within 5% of it (plans 5-20% "
+                          'apart on a noisy host; each switch of plan costs accuracy: '
+                          'plan_trial.py). 1: one round, the medians decide',
                           low=1, rank='leave'),
 }
 
