@@ -1325,12 +1325,12 @@ def _policy_trial_rounds_words():
     rows, _ = _trial_rows(data)
     rounds = {}
     for r, trial in _trials(data):
-        rounds.setdefault(trial['rounds'], []).append(
-            '%d workers %s %s' % (r['workers'], r['model'], r['rate']))
+        rounds.setdefault(trial['rounds'], []).append(_cell_words(r))
     one_round, _ = _trial_rows(load(POLICY_TRIAL_START))
+    missed = {tuple(row[:3]) for row in _missed(rows)}
     same = []           # misses where auto kept the very plan of a fixed choice
     for r, trial in _trials(data):
-        if (r['workers'], r['model'], r['rate']) in {tuple(row[:3]) for row in _missed(rows)}:
+        if (r['workers'], r['model'], r['rate']) in missed:
             fixed = ('`dist_sync`' if trial['kept'] == 'float32' else
                      'Hylo' if trial['kept'] == 'scheme' or 'scheme' not in trial['plans']
                      else None)
@@ -1345,22 +1345,17 @@ def _policy_trial_rounds_words():
         'pass, %d timed steps after %d warm-up (the last trial ended at step %d). %s '
         'Within 5%% of the better fixed choice in **%d of %d cells**, not more '
         'than 3%% slower than `dist_sync` in **%d of %d**. Rounds the trial ran: %s.'
-        % (cfg['steps'], cfg['warmup'],
-           max(t['start'] + t['steps'] * len(t['plans']) * t['rounds']
-               for _, t in _trials(data)),
-           data['note'], met(rows)[0], len(rows),
-           met(rows)[1], len(rows),
-           '; '.join('%d in %s' % (n, ', '.join(cells))
-                     for n, cells in sorted(rounds.items()))),
+        % (cfg['steps'], cfg['warmup'], max(_trial_end(t) for _, t in _trials(data)),
+           data['note'], met(rows)[0], len(rows), met(rows)[1], len(rows),
+           _grouped(rounds)),
         _trial_table(rows, POLICY_TRIAL_ROUNDS),
         'Against one round (the table before: %d and %d of %d), the cells one round '
         'missed and the rounds met: %s. The cells missed here ran the very plan of a '
         'fixed choice: %s; the gap is the jobs\' spread and, for float32, the plugin\'s '
         'own path of float32 keys.'
         % (tuple(met(one_round)) + (len(one_round), ', '.join(
-            '%d workers %s %s' % tuple(row[:3]) for row in _missed(one_round)
-            if tuple(row[:3]) not in {tuple(r[:3]) for r in _missed(rows)}) or 'none',
-            '; '.join(same) or 'none'))])
+            _cell_words(row) for row in _missed(one_round) if tuple(row[:3]) not in missed)
+            or 'none', '; '.join(same) or 'none'))])
 
 
 def _policy_trial_indifferent_words():
@@ -1371,8 +1366,7 @@ def _policy_trial_indifferent_words():
     every, _ = _trial_rows(load(POLICY_TRIAL_ROUNDS))
     schedules = {}
     for r, trial in _trials(data):
-        schedules.setdefault(len(trial['schedule']), []).append(
-            '%d workers %s %s' % (r['workers'], r['model'], r['rate']))
+        schedules.setdefault(len(trial['schedule']), []).append(_cell_words(r))
     cfg = data['passes'][0]['config']
     return '\n\n'.join([
         '**With rounds for plans that can matter** (the defaults: `trial_rounds` 4, a '
@@ -1383,20 +1377,37 @@ def _policy_trial_indifferent_words():
         'choice in **%d of %d cells**, not more than 3%% slower than `dist_sync` in '
         '**%d of %d** (every plan run again: %d and %d). Phases of plan the trial ran '
         '(each a switch): %s. Missed: %s.'
-        % (cfg['steps'], cfg['warmup'],
-           max(t['start'] + t['steps'] * len(t['schedule']) for _, t in _trials(data)),
+        % (cfg['steps'], cfg['warmup'], max(_trial_end(t) for _, t in _trials(data)),
            data['note'], met(rows)[0], len(rows), met(rows)[1], len(rows),
-           met(every)[0], met(every)[1],
-           '; '.join('%d in %s' % (n, ', '.join(cells))
-                     for n, cells in sorted(schedules.items())),
-           ', '.join('%d workers %s %s' % tuple(row[:3]) for row in _missed(rows))
-           or 'none'),
+           met(every)[0], met(every)[1], _grouped(schedules),
+           ', '.join(_cell_words(row) for row in _missed(rows)) or 'none'),
         _trial_table(rows, POLICY_TRIAL_INDIFFERENT)])
 
 
 def _missed(table_rows):
     """The rows of a _policy_pass_rows table that miss the 5% or the 3% target."""
     return [row for row in table_rows if row[6] != 'yes' or row[9] != 'yes']
+
+
+def _cell_words(cell):
+    """'W workers MODEL RATE' of a run (a dict) or of a table row (its first three)."""
+    if isinstance(cell, dict):
+        cell = (cell['workers'], cell['model'], cell['rate'])
+    return '%d workers %s %s' % tuple(cell[:3])
+
+
+def _grouped(cells_by_count):
+    """'N in cell, cell; M in cell' of {count: [cell words]}."""
+    return '; '.join('%d in %s' % (n, ', '.join(cells))
+                     for n, cells in sorted(cells_by_count.items()))
+
+
+def _trial_end(trial):
+    """The step a trial's last phase ended at: its schedule's phases (a trial that ran
+    every plan each round records its plans and rounds only)."""
+    phases = len(trial['schedule']) if 'schedule' in trial else \
+        len(trial['plans']) * trial['rounds']
+    return trial['start'] + trial['steps'] * phases
 
 
 def _policy_trial_skip_words():
@@ -1418,13 +1429,14 @@ def _policy_trial_skip_words():
         'timed steps after %d warm-up. The trial timed %s (float32 not tried: %s) and kept '
         '`%s`; `auto`\'s step %.2f s against Hylo\'s %.2f s in the same pass (%.2fx); a '
         'float32 step of this cell takes %.1f s (`dist_sync`, %s): not trying float32 '
-        'saves about %.0f s a job (six float32 steps). %s'
+        'saves about %.0f s a job (%d float32 steps). %s'
         % (cell[0], cell[1], cell[2], trial['start'], cfg['steps'], cfg['warmup'],
            ', '.join('`%s`' % p for p in trial['plans']),
            'yes' if trial.get('float32_skipped') else 'no', trial['kept'],
            auto['step_s'], hylo['step_s'], auto['step_s'] / hylo['step_s'],
            plain['step_s'], files(POLICY_TRIAL_SLOW),
-           6 * (plain['step_s'] - hylo['step_s']), src(POLICY_TRIAL_SKIP))])
+           trial['steps'] * (plain['step_s'] - hylo['step_s']), trial['steps'],
+           src(POLICY_TRIAL_SKIP))])
 
 
 def _trial_length(data):

@@ -103,9 +103,7 @@ class PlanTrial:
         self.kept = RULE            # the plan that stays once decided
         self.compresses = False     # the rule compressed some key (RULE is tried)
         self.declines = False       # the rule sent some key float32 (SCHEME is tried)
-        self.rounds = 1             # rounds of the plans so far (the one running included)
-        self.later = []             # the plans of the rounds after the first, phase by phase
-        self.running = None         # the plans of the round running (None: the first's)
+        self.reruns = []            # the plans of each round after the first, in order
         self.times = {}             # step -> this worker's clock at the step's first key
         self.seconds = None         # {plan: the workers' mean median step}, once agreed
         self.noise = None           # {plan: the workers' mean standard error of it}
@@ -123,8 +121,7 @@ class PlanTrial:
         is before ``start``: then the rule's plan stays, and the keys re-plan at
         ``start`` (``replans_at``), whose decision begins it."""
         if self.state == FRESH and step >= self.earliest:
-            self.state, self.start, self.times, self.rounds = RUNNING, int(step), {}, 1
-            self.later, self.running = [], None
+            self.state, self.start, self.times, self.reruns = RUNNING, int(step), {}, []
             self.compresses = self.declines = False
             self.seconds = self.noise = self.decided_at = self.worker_steps = None
             wire, compressed = self.last_priced
@@ -178,10 +175,15 @@ class PlanTrial:
         compressed = [RULE] * self.compresses + [SCHEME] * self.declines
         return compressed if self.skips_float32 and compressed else [FLOAT32] + compressed
 
+    @property
+    def rounds(self):
+        """Rounds of the plans so far (the one running included)."""
+        return 1 + len(self.reruns)
+
     def schedule(self):
         """The plan of each phase so far: the first round's plans, then each later
         round's (the plans still in the running)."""
-        return self.plans() + self.later
+        return self.plans() + [p for plans in self.reruns for p in plans]
 
     def plan(self, step):
         """The plan keys follow at ``step``: FLOAT32, RULE or SCHEME."""
@@ -233,7 +235,7 @@ class PlanTrial:
         their noise (none if float32 is the only plan), so that every worker takes the
         same decision: keep a plan, or, while the choice is not clear and rounds are
         left, run another round of the plans still in the running."""
-        plans = self.running or self.plans()
+        plans = self.reruns[-1] if self.reruns else self.plans()
         kept = plans[0]
         if len(plans) > 1:
             from mxnet import ndarray
@@ -241,15 +243,13 @@ class PlanTrial:
             mine = [_median(self.worker_steps[p]) for p in plans] + \
                 [_median_error(self.worker_steps[p]) for p in plans]
             total = share(ndarray.array(mine, dtype=np.float32)).asnumpy() / workers
-            self.seconds = dict(self.seconds or {}, **{p: float(s) for p, s in
-                                                       zip(plans, total)})
-            self.noise = dict(self.noise or {}, **{p: float(s) for p, s in
-                                                   zip(plans, total[len(plans):])})
+            # (a plan out of the running keeps the medians of its last round)
+            self.seconds = {**(self.seconds or {}), **dict(zip(plans, map(float, total)))}
+            self.noise = {**(self.noise or {}),
+                          **dict(zip(plans, map(float, total[len(plans):])))}
             kept, unresolved = self._choice(plans)
             if unresolved and self.rounds < self.max_rounds:
-                self.rounds += 1
-                self.running = [p for p in plans if p == kept or p in unresolved]
-                self.later += self.running
+                self.reruns.append([p for p in plans if p == kept or p in unresolved])
                 return
         self.kept = kept
         self.state, self.times, self.decided_at = DECIDED, {}, step
@@ -282,7 +282,8 @@ class PlanTrial:
         if self.start is None:
             return None
         return {'start': self.start, 'steps': self.steps, 'plans': self.plans(),
-                'schedule': self.schedule(), 'rounds': self.rounds, 'decided': self.state == DECIDED,
+                'schedule': self.schedule(), 'rounds': self.rounds,
+                'decided': self.state == DECIDED,
                 'seconds': self.seconds, 'noise': self.noise,
                 'worker_steps': self.worker_steps,
                 'kept': self.kept if self.state == DECIDED else None,

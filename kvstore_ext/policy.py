@@ -100,11 +100,12 @@ def servers():
 
 
 def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=None,
-               round_s=0.0):
+               round_s=0.0, float32_wire=None):
     """True if ``codec`` (compressing) is predicted faster than float32 for its tensor
     at ``rate_bits`` bits/s (module docstring). ``speeds``: the codec seconds the
     workers agreed on (codec_timing.py); None: the shipped table. ``round_s``: the
-    seconds of a round with no bytes (the module docstring's ``a``)."""
+    seconds of a round with no bytes (the module docstring's ``a``). ``float32_wire``:
+    the tensor's ``float32_wire_seconds`` if the caller has them already."""
     from . import cost
     if codec.passthrough:
         return False
@@ -114,9 +115,11 @@ def compresses(codec, workers, servers, rate_bits, chunk_size=1 << 20, speeds=No
     packed = cost.cost(codec, workers, servers, link, speeds, chunk_size)
     if packed.codec_seconds is None:
         return True
+    if float32_wire is None:
+        float32_wire = float32_wire_seconds(codec.shape, workers, servers, rate_bits,
+                                            chunk_size, round_s)
     return (packed.codec_seconds + packed.server_seconds + packed.wire_seconds
-            < float32_wire_seconds(codec.shape, workers, servers, rate_bits, chunk_size,
-                                   round_s))
+            < float32_wire)
 
 
 def float32_wire_seconds(shape, workers, servers, rate_bits, chunk_size=1 << 20,

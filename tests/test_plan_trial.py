@@ -166,7 +166,7 @@ def test_a_plan_clearly_beaten_is_not_run_again(monkeypatch):
     first = {0: (3.0, 3.0, 3.0), 1: (1.0, 0.6, 1.4), 2: (1.1, 0.7, 1.5)}
     clock.run(trial, range(0, 9), lambda s: first[s // 3][s % 3])
     trial.decide(summing([0.0] * 6), 1, 9)
-    assert trial.state == plan_trial.RUNNING and trial.running == ['rule', 'scheme']
+    assert trial.state == plan_trial.RUNNING and trial.reruns == [['rule', 'scheme']]
     assert [trial.plan(s) for s in range(9, 15)] == ['rule'] * 3 + ['scheme'] * 3
     assert [s for s in range(9, 20) if trial.replans_at(s)] == [9, 12, 15]
     assert trial.decides_at(15)

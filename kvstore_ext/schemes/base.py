@@ -200,16 +200,16 @@ class Scheme:
         rate = self.params['link_rate'] or self.agreed_rate
         if rate <= 0:
             return self.uncompressed(codec.shape, np.float32) if step == 0 else codec
-        compressed = _policy.compresses(codec, self.num_workers, _policy.servers(), rate,
-                                        self.params['chunk_size'], self.codec_speeds,
-                                        self.agreed_round_s)
+        servers, chunk_size = _policy.servers(), self.params['chunk_size']
+        float32_wire = _policy.float32_wire_seconds(codec.shape, self.num_workers, servers,
+                                                    rate, chunk_size, self.agreed_round_s)
+        compressed = _policy.compresses(codec, self.num_workers, servers, rate, chunk_size,
+                                        self.codec_speeds, self.agreed_round_s, float32_wire)
         if untimed:                 # not final: the codecs' seconds come at step 1
             return codec if compressed else self.uncompressed(codec.shape, np.float32)
         from .. import plan_trial
         trial = self.plan_trial()
-        trial.priced(step, compressed, _policy.float32_wire_seconds(
-            codec.shape, self.num_workers, _policy.servers(), rate,
-            self.params['chunk_size'], self.agreed_round_s))
+        trial.priced(step, compressed, float32_wire)
         trial.begin(step)
         trial.noted(compressed)
         plan = trial.plan(step)

@@ -62,4 +62,3 @@ def hylo_float32_from(first, name):
 
     Float32From.name = name
     return Float32From
-
