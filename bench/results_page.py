@@ -700,9 +700,10 @@ THC_OPERATORS = 'operator_profile_cnn512_thc.json'
 # trained recorded (train_cpu_s: time.process_time of each worker, every thread): the
 # step's cost with less noise than its wall time
 SCHEME_STEP_CPU = 'loopback_step_4w_cnn512_cpu.json'
-# policy='auto' with the trial of its plans in the job (plan_trial.py), a round of plans
-# run again only for plans neither clearly beaten nor within INDIFFERENT of the choice
-SCHEME_STEP_AUTO_TRIAL = 'loopback_step_4w_cnn512_auto_trial_rounds.json'
+# a plain key of several chunks pushed whole, then pulled (plain_route.py): every key
+# float32 through the plugin (dist_sync_none), and policy='auto' with the trial of its
+# plans in the job (plan_trial.py)
+SCHEME_STEP_PLAIN_SPLIT = 'loopback_step_4w_cnn512_plain_split.json'
 # Hylo, THC and dAD again (and 'auto' with every plan run again while unclear, which the
 # rule above replaced: its accuracy in docs/COST_MODEL.md), 8 seeds on a quiet machine
 SCHEME_STEP_AUTO_ROUNDS = 'loopback_step_4w_cnn512_auto_rounds.json'
@@ -714,7 +715,8 @@ SCHEME_STEP_THC_DAD = 'loopback_step_4w_cnn512_thc_dad.json'
 # again)
 SCHEME_STEP_TARGETS = [((SCHEME_STEP_HOST_READS, SCHEME_STEP_CPU, SCHEME_STEP_AUTO_ROUNDS),
                         'dist_sync_hylo', 1.10),
-                       (SCHEME_STEP_AUTO_TRIAL, 'dist_sync_hylo(policy=auto)', 1.03),
+                       (SCHEME_STEP_PLAIN_SPLIT, 'dist_sync_hylo(policy=auto)', 1.03),
+                       (SCHEME_STEP_PLAIN_SPLIT, 'dist_sync_none', 1.10),
                        (SCHEME_STEP_POWERSGD, 'dist_sync_powersgd', 1.15),
                        (SCHEME_STEP, 'dist_sync_fp16', 1.10)] + [
     ((SCHEME_STEP_THC, SCHEME_STEP_CPU, SCHEME_STEP_THC_DAD, SCHEME_STEP_AUTO_ROUNDS),
@@ -826,6 +828,9 @@ def _two_workers_words():
 
 
 SCHEME_PROFILE = 'step_profile_4w_cnn512_other_schemes.json'
+# every key float32 through the plugin, a plain key of several chunks one pushpull a
+# chunk (each waited for the one before: plain_route.py)
+SCHEME_STEP_PLAIN_PER_CHUNK = 'loopback_step_4w_cnn512_plain_per_chunk.json'
 # What was changed against the schemes' misses, in order, each with the run that measured
 # the step after it: (kvstores, the change, file). The first row of a scheme is the code
 # the profile (SCHEME_PROFILE) saw.
@@ -859,6 +864,11 @@ STEP_CHANGES = [
      'algebra runs (`kvstore_ext/blas.py`)', SCHEME_STEP_DAD_BLAS),
     (('dist_sync_dad',), "the servers' products formed in registers, tile by tile",
      SCHEME_STEP_DAD_TILES),
+    (('dist_sync_none',), 'a key of several chunks one pushpull a chunk, each waiting for '
+     'the round before (the chunks share their array\'s engine variable)',
+     SCHEME_STEP_PLAIN_PER_CHUNK),
+    (('dist_sync_none',), 'one push of every chunk, then their pulls (`transport/plain_route.py`)',
+     SCHEME_STEP_PLAIN_SPLIT),
 ]
 
 

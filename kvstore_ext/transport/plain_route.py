@@ -15,6 +15,19 @@ that are not the outs (a loop with separate outs) also need their push ordered a
 the last pull (ps._after_last_round): that op's call is made ready too, one
 ``MXImperativeInvokeEx`` per value and out a step.
 
+A key of several chunks pushes every chunk, then pulls every chunk
+(``MXKVStorePush`` of all, then ``MXKVStorePullWithSparse`` of all), not one pushpull a
+chunk: the chunks are views of one array and share its engine variable, and MXNet's
+pushpull of a key is one engine op that writes it, so the second chunk's pushpull
+waited for the first one's whole round, every worker's push included. Pushes only read
+the variable and run together; each pull waits for them and for the pull before it,
+but by then the servers hold every chunk's sum and a pull is its bytes alone. MXNet's
+``dist_sync`` sends a large key as one op sliced over the servers (which the plugin
+turns off: a Gather key must stay whole on one server), so chunk by chunk was the
+plugin's own cost: cnn512's 1.6M-element FC layer is two chunks, and every key sent
+float32 through the plugin (``dist_sync_none``) took 1.04x ``dist_sync``'s step on
+loopback at 4 workers (docs/RESULTS.md).
+
 The route holds its arrays (and their views), so their handles stay valid while it
 may call with them; it is replaced when the key is re-planned (new chunks) or called
 with other arrays.
@@ -24,7 +37,7 @@ import ctypes
 
 
 class PlainRoute:
-    """A plain key's native pushpull per chunk, on views of ``values`` and ``outs``
+    """A plain key's native round on views of ``values`` and ``outs``
     (``wires``: the chunks' Sum wires, one per chunk of ``chunks``)."""
 
     def __init__(self, wires, chunks, values, outs):
@@ -45,6 +58,15 @@ class PlainRoute:
                 mx_uint(len(vs)), c_array_buf(ctypes.c_int, array('i', [wire.key] * len(vs))),
                 mx_uint(len(os_)), c_array_buf(ctypes.c_int, array('i', [wire.key] * len(os_))),
                 c_handle_array(vs), c_handle_array(os_), ctypes.c_int(0)))
+        # several chunks: one push of them all, then one pull (module docstring)
+        self.split = None
+        if len(self.calls) > 1:
+            keys = [wire.key for wire in wires]
+            pushed = [(k, v) for k, (vs, _) in zip(keys, self.views) for v in vs]
+            pulled = [(k, o) for k, (_, os_) in zip(keys, self.views) for o in os_]
+            self.split = tuple(
+                (mx_uint(len(pairs)), c_array_buf(ctypes.c_int, array('i', [k for k, _ in pairs])),
+                 c_handle_array([a for _, a in pairs])) for pairs in (pushed, pulled))
 
     def matches(self, chunks, values, outs):
         """True if a step of ``chunks`` on these very arrays can take this route."""
@@ -61,9 +83,16 @@ class PlainRoute:
             check_call(_LIB.MXImperativeInvokeEx(*args))
 
     def run(self, kv):
-        """One native pushpull per chunk on ``kv`` (MXNet's ``dist_sync``)."""
+        """The key's step on ``kv`` (MXNet's ``dist_sync``): one native pushpull, or for
+        several chunks one push of them all and one pull."""
         from mxnet.base import _LIB, check_call
         handle = kv.handle
+        if self.split is not None:
+            (np_, pkeys, pvals), (no, okeys, outs) = self.split
+            check_call(_LIB.MXKVStorePush(handle, np_, pkeys, pvals, ctypes.c_int(0)))
+            check_call(_LIB.MXKVStorePullWithSparse(handle, no, okeys, outs, ctypes.c_int(0),
+                                                    ctypes.c_bool(True)))
+            return
         for nv, vkeys, no, okeys, vals, outs, priority in self.calls:
             check_call(_LIB.MXKVStorePushPull(handle, nv, vkeys, no, okeys, vals, outs,
                                               priority))
