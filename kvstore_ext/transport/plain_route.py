@@ -1,19 +1,21 @@
-"""A plain key's step over ps-lite, made once: MXNet's own pushpull of each chunk, with
-its views and call arguments kept for as long as the key's plan and arrays stay.
+"""A plain key's step over ps-lite, made once: MXNet's own pushpull (or push and pull) of
+its chunks, with their views and call arguments kept for as long as the key's plan and
+arrays stay.
 
 Why: a key the scheme leaves uncompressed must cost the worker what it costs in
-``dist_sync``: one native pushpull (docs/DESIGN.md, "The plain path"). Made anew every
-step, its step cost several times that on the worker's thread: two views per chunk
+``dist_sync``: one native pushpull (docs/DESIGN.md, "One step of `pushpull(key,
+grads)`"). Made anew every step, its step cost several times that on the worker's
+thread: two views per chunk
 and array of a key cut into chunks (a reshape and a slice, C API calls each), the
 chunk wires' look-up, the arrays' dtype (another C API call), and MXNet's Python
 wrapper of pushpull, which builds ctypes arrays of keys and handles at every call.
 None of that changes while the plan (its chunks) and the arrays do not, and Gluon
 passes the same gradient arrays every step: so a route holds the views and the
-ready ctypes arguments, and a step is one C call per chunk
-(``MXKVStorePushPull``, what ``KVStore.pushpull`` calls with int keys). Arrays pushed
-that are not the outs (a loop with separate outs) also need their push ordered after
-the last pull (ps._after_last_round): that op's call is made ready too, one
-``MXImperativeInvokeEx`` per value and out a step.
+ready ctypes arguments, and a step is one C call (``MXKVStorePushPull``, what
+``KVStore.pushpull`` calls with int keys), or two for a key of several chunks (below).
+Arrays pushed that are not the outs (a loop with separate outs) also need their push
+ordered after the last pull (ps._after_last_round): that op's call is made ready too,
+one ``MXImperativeInvokeEx`` per value and out a step.
 
 A key of several chunks pushes every chunk, then pulls every chunk
 (``MXKVStorePush`` of all, then ``MXKVStorePullWithSparse`` of all), not one pushpull a
@@ -65,7 +67,8 @@ class PlainRoute:
             pushed = [(k, v) for k, (vs, _) in zip(keys, self.views) for v in vs]
             pulled = [(k, o) for k, (_, os_) in zip(keys, self.views) for o in os_]
             self.split = tuple(
-                (mx_uint(len(pairs)), c_array_buf(ctypes.c_int, array('i', [k for k, _ in pairs])),
+                (mx_uint(len(pairs)),
+                 c_array_buf(ctypes.c_int, array('i', [k for k, _ in pairs])),
                  c_handle_array([a for _, a in pairs])) for pairs in (pushed, pulled))
 
     def matches(self, chunks, values, outs):
