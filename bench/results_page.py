@@ -1121,6 +1121,8 @@ POLICY_TRIAL_START = 'policy_auto_trial_from_step30_fast_links.json'
 POLICY_TRIAL_ROUNDS = 'policy_auto_trial_rounds_fast_links.json'
 # rounds only for plans neither clearly beaten nor within INDIFFERENT of the choice
 POLICY_TRIAL_INDIFFERENT = 'policy_auto_trial_indifferent_fast_links.json'
+# the same with a plain key's chunks pushed together, then pulled (plain_route.py)
+POLICY_TRIAL_PLAIN_SPLIT = 'policy_auto_trial_plain_split_fast_links.json'
 POLICY_TRIAL_SKIP = 'policy_auto_trial_skip_float32_slow.json'
 POLICY_ROUNDS_PRICED = 'policy_auto_8w_rounds_priced.json'
 POLICY_TABLE = (['workers', 'model', 'link', 'passes', 'auto / best', 'median', 'within 5%',
@@ -1196,6 +1198,7 @@ def section_policy_fast_links():
         table(POLICY_TABLE[0], rows, POLICY_TABLE[1]), src(POLICY_ROUNDS_PRICED),
         _policy_trial_words(rule_rows), _policy_trial_start_words(),
         _policy_trial_rounds_words(), _policy_trial_indifferent_words(),
+        _policy_trial_plain_split_words(),
         _policy_trial_slow_words(),
         _policy_trial_skip_words()]
     return '\n\n'.join(parts)
@@ -1392,6 +1395,24 @@ def _policy_trial_indifferent_words():
            met(every)[0], met(every)[1], _grouped(schedules),
            ', '.join(_cell_words(row) for row in _missed(rows)) or 'none'),
         _trial_table(rows, POLICY_TRIAL_INDIFFERENT)])
+
+
+def _policy_trial_plain_split_words():
+    """The fast-link cells again once a plain key of several chunks pushes them all,
+    then pulls them (the float32 plan's own cost through the plugin, plain_route.py)."""
+    data = load(POLICY_TRIAL_PLAIN_SPLIT)
+    rows, _ = _trial_rows(data)
+    before, _ = _trial_rows(load(POLICY_TRIAL_INDIFFERENT))
+    return '\n\n'.join([
+        '**With a plain key\'s chunks pushed together** (one push of every chunk, then '
+        'their pulls: `transport/plain_route.py`; as one pushpull a chunk each waited for '
+        'the other\'s round), the same cells and defaults, one pass. %s Within 5%% of the '
+        'better fixed choice in **%d of %d cells**, not more than 3%% slower than '
+        '`dist_sync` in **%d of %d** (the pass before: %d and %d). Missed: %s.'
+        % (data['note'], met(rows)[0], len(rows), met(rows)[1], len(rows),
+           met(before)[0], met(before)[1],
+           ', '.join(_cell_words(row) for row in _missed(rows)) or 'none'),
+        _trial_table(rows, POLICY_TRIAL_PLAIN_SPLIT)])
 
 
 def _missed(table_rows):
