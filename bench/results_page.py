@@ -1408,7 +1408,7 @@ def _policy_trial_plain_split_words():
         'their pulls: `transport/plain_route.py`; as one pushpull a chunk each waited for '
         'the other\'s round), the same cells and defaults, one pass. %s Within 5%% of the '
         'better fixed choice in **%d of %d cells**, not more than 3%% slower than '
-        '`dist_sync` in **%d of %d** (the pass before: %d and %d). Missed: %s.'
+        '`dist_sync` in **%d of %d** (one pushpull a chunk: %d and %d). Missed: %s.'
         % (data['note'], met(rows)[0], len(rows), met(rows)[1], len(rows),
            met(before)[0], met(before)[1],
            ', '.join(_cell_words(row) for row in _missed(rows)) or 'none'),
