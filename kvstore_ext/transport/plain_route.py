@@ -27,8 +27,8 @@ but by then the servers hold every chunk's sum and a pull is its bytes alone. MX
 ``dist_sync`` sends a large key as one op sliced over the servers (which the plugin
 turns off: a Gather key must stay whole on one server), so chunk by chunk was the
 plugin's own cost: cnn512's 1.6M-element FC layer is two chunks, and every key sent
-float32 through the plugin (``dist_sync_none``) took 1.04x ``dist_sync``'s step on
-loopback at 4 workers (docs/RESULTS.md).
+float32 through the plugin (``dist_sync_none``) took 1.06x ``dist_sync``'s step on
+loopback at 4 workers, 1.00x pushed and pulled so (docs/RESULTS.md).
 
 The route holds its arrays (and their views), so their handles stay valid while it
 may call with them; it is replaced when the key is re-planned (new chunks) or called
@@ -37,39 +37,29 @@ with other arrays.
 from array import array
 import ctypes
 
+_PRIORITY = ctypes.c_int(0)
+_DENSE_ONLY = ctypes.c_bool(True)       # MXNet's pull: ignore_sparse
+
 
 class PlainRoute:
     """A plain key's native round on views of ``values`` and ``outs``
     (``wires``: the chunks' Sum wires, one per chunk of ``chunks``)."""
 
     def __init__(self, wires, chunks, values, outs):
-        from mxnet.base import c_array_buf, c_handle_array, mx_uint
         self.chunks, self.values, self.outs = chunks, tuple(values), tuple(outs)
         self.step_bytes = sum(w.step_bytes for w in wires)
         # pushes of a value that is not one of the outs wait for the last pull
         # (ps._after_last_round); Gluon's gradients are their own outs: none
         self.afters, self.scratch = _after_calls(
             self.outs, [v for v in self.values if not any(v is o for o in self.outs)])
-        self.views = []         # held: the C calls below use their handles
-        self.calls = []
-        for wire, chunk in zip(wires, chunks):
-            vs = [chunk.view(v) for v in self.values]
-            os_ = [chunk.view(o) for o in self.outs]
-            self.views.append((vs, os_))
-            self.calls.append((
-                mx_uint(len(vs)), c_array_buf(ctypes.c_int, array('i', [wire.key] * len(vs))),
-                mx_uint(len(os_)), c_array_buf(ctypes.c_int, array('i', [wire.key] * len(os_))),
-                c_handle_array(vs), c_handle_array(os_), ctypes.c_int(0)))
-        # several chunks: one push of them all, then one pull (module docstring)
-        self.split = None
-        if len(self.calls) > 1:
-            keys = [wire.key for wire in wires]
-            pushed = [(k, v) for k, (vs, _) in zip(keys, self.views) for v in vs]
-            pulled = [(k, o) for k, (_, os_) in zip(keys, self.views) for o in os_]
-            self.split = tuple(
-                (mx_uint(len(pairs)),
-                 c_array_buf(ctypes.c_int, array('i', [k for k, _ in pairs])),
-                 c_handle_array([a for _, a in pairs])) for pairs in (pushed, pulled))
+        # held: the C calls below use their handles
+        self.views = [([chunk.view(v) for v in self.values],
+                       [chunk.view(o) for o in self.outs]) for chunk in chunks]
+        keys = [wire.key for wire in wires]
+        # (count, keys, handles) of every chunk's values, and of its outs
+        self.pushed, self.pulled = (
+            _call_args([(k, a) for k, arrays in zip(keys, side) for a in arrays])
+            for side in zip(*self.views))
 
     def matches(self, chunks, values, outs):
         """True if a step of ``chunks`` on these very arrays can take this route."""
@@ -87,18 +77,23 @@ class PlainRoute:
 
     def run(self, kv):
         """The key's step on ``kv`` (MXNet's ``dist_sync``): one native pushpull, or for
-        several chunks one push of them all and one pull."""
+        several chunks one push of them all, then one pull (module docstring)."""
         from mxnet.base import _LIB, check_call
-        handle = kv.handle
-        if self.split is not None:
-            (np_, pkeys, pvals), (no, okeys, outs) = self.split
-            check_call(_LIB.MXKVStorePush(handle, np_, pkeys, pvals, ctypes.c_int(0)))
-            check_call(_LIB.MXKVStorePullWithSparse(handle, no, okeys, outs, ctypes.c_int(0),
-                                                    ctypes.c_bool(True)))
+        (pushes, push_keys, values), (pulls, pull_keys, outs) = self.pushed, self.pulled
+        if len(self.views) == 1:
+            check_call(_LIB.MXKVStorePushPull(kv.handle, pushes, push_keys, pulls, pull_keys,
+                                              values, outs, _PRIORITY))
             return
-        for nv, vkeys, no, okeys, vals, outs, priority in self.calls:
-            check_call(_LIB.MXKVStorePushPull(handle, nv, vkeys, no, okeys, vals, outs,
-                                              priority))
+        check_call(_LIB.MXKVStorePush(kv.handle, pushes, push_keys, values, _PRIORITY))
+        check_call(_LIB.MXKVStorePullWithSparse(kv.handle, pulls, pull_keys, outs, _PRIORITY,
+                                                _DENSE_ONLY))
+
+
+def _call_args(pairs):
+    """(count, int keys, array handles) of [(key, NDArray)], as MXNet's C calls take them."""
+    from mxnet.base import c_array_buf, c_handle_array, mx_uint
+    return (mx_uint(len(pairs)), c_array_buf(ctypes.c_int, array('i', [k for k, _ in pairs])),
+            c_handle_array([a for _, a in pairs]))
 
 
 def _after_calls(outs, values):
