@@ -1291,13 +1291,12 @@ def _policy_trial_slow_words():
         '**At 50 and 200 Mbit/s with the plans tried in the job** (from the rule\'s first '
         'decision, `trial_start=0`), one pass: `dist_sync` '
         'timed over %d steps after %d warm-up (its steps at these rates vary little), '
-        'Hylo and `auto` over %d after %d (the trial ends within them). %s Within 5%% of '
-        'the better fixed choice in **%d of %d cells**, not more than 3%% slower than '
-        '`dist_sync` in **%d of %d**. The trial\'s float32 steps are its cost here: %d '
+        'Hylo and `auto` over %d after %d (the trial ends within them). %s %s. The '
+        'trial\'s float32 steps are its cost here: %d '
         'steps with every key float32, at up to %.0f times the better fixed choice\'s '
         'step, once a job (and again at a newly agreed rate).'
         % (plain['steps'], plain['warmup'], tried['steps'], tried['warmup'], data['note'],
-           met(rows)[0], len(rows), met(rows)[1], len(rows), _trial_length(data), slowest),
+           _met_words(rows), _trial_length(data), slowest),
         _trial_table(rows, POLICY_TRIAL_SLOW)])
 
 
@@ -1316,11 +1315,8 @@ def _policy_trial_start_words():
     return '\n\n'.join([
         '**With the trial from step 30** (`trial_start`, the default: the first steps '
         'run the rule\'s plan; docs/COST_MODEL.md, "The plan tried in the job"), the '
-        'fast-link cells again, one pass, %d timed steps after %d warm-up. %s Within 5%% '
-        'of the better fixed choice in **%d of %d cells**, not more than 3%% slower than '
-        '`dist_sync` in **%d of %d**.'
-        % (cfg['steps'], cfg['warmup'], data['note'], met(rows)[0], len(rows),
-           met(rows)[1], len(rows)),
+        'fast-link cells again, one pass, %d timed steps after %d warm-up. %s %s.'
+        % (cfg['steps'], cfg['warmup'], data['note'], _met_words(rows)),
         _trial_table(rows, POLICY_TRIAL_START),
         'The misses (at %s workers) are the trial\'s noise: there a plan\'s %d timed '
         'steps on a worker spread over %.0f-%.0f%% of their median, while the two fixed '
@@ -1356,11 +1352,9 @@ def _policy_trial_rounds_words():
         'fastest is not clear of the runner-up by twice their joint standard error; '
         'docs/COST_MODEL.md, "The plan tried in the job"), the fast-link cells again, one '
         'pass, %d timed steps after %d warm-up (the last trial ended at step %d). %s '
-        'Within 5%% of the better fixed choice in **%d of %d cells**, not more '
-        'than 3%% slower than `dist_sync` in **%d of %d**. Rounds the trial ran: %s.'
+        '%s. Rounds the trial ran: %s.'
         % (cfg['steps'], cfg['warmup'], max(_trial_end(t) for _, t in _trials(data)),
-           data['note'], met(rows)[0], len(rows), met(rows)[1], len(rows),
-           _grouped(rounds)),
+           data['note'], _met_words(rows), _grouped(rounds)),
         _trial_table(rows, POLICY_TRIAL_ROUNDS),
         'Against one round (the table before: %d and %d of %d), the cells one round '
         'missed and the rounds met: %s. The cells missed here ran the very plan of a '
@@ -1386,14 +1380,11 @@ def _policy_trial_indifferent_words():
         'further round only of the choice and the plans neither beaten by twice their '
         'joint standard error nor within 5%% of it; docs/COST_MODEL.md, "The plan tried '
         'in the job"), the fast-link cells again, one pass, %d timed steps after %d '
-        'warm-up (the last trial ended at step %d). %s Within 5%% of the better fixed '
-        'choice in **%d of %d cells**, not more than 3%% slower than `dist_sync` in '
-        '**%d of %d** (every plan run again: %d and %d). Phases of plan the trial ran '
-        '(each a switch): %s. Missed: %s.'
+        'warm-up (the last trial ended at step %d). %s %s (every plan run again: %d and '
+        '%d). Phases of plan the trial ran (each a switch): %s. Missed: %s.'
         % (cfg['steps'], cfg['warmup'], max(_trial_end(t) for _, t in _trials(data)),
-           data['note'], met(rows)[0], len(rows), met(rows)[1], len(rows),
-           met(every)[0], met(every)[1], _grouped(schedules),
-           ', '.join(_cell_words(row) for row in _missed(rows)) or 'none'),
+           data['note'], _met_words(rows), met(every)[0], met(every)[1],
+           _grouped(schedules), _missed_words(rows)),
         _trial_table(rows, POLICY_TRIAL_INDIFFERENT)])
 
 
@@ -1406,13 +1397,25 @@ def _policy_trial_plain_split_words():
     return '\n\n'.join([
         '**With a plain key\'s chunks pushed together** (one push of every chunk, then '
         'their pulls: `transport/plain_route.py`; as one pushpull a chunk each waited for '
-        'the other\'s round), the same cells and defaults, one pass. %s Within 5%% of the '
-        'better fixed choice in **%d of %d cells**, not more than 3%% slower than '
-        '`dist_sync` in **%d of %d** (one pushpull a chunk: %d and %d). Missed: %s.'
-        % (data['note'], met(rows)[0], len(rows), met(rows)[1], len(rows),
-           met(before)[0], met(before)[1],
-           ', '.join(_cell_words(row) for row in _missed(rows)) or 'none'),
+        'the other\'s round), the same cells and defaults, one pass. %s %s (one pushpull '
+        'a chunk: %d and %d). Missed: %s.'
+        % (data['note'], _met_words(rows), met(before)[0], met(before)[1],
+           _missed_words(rows)),
         _trial_table(rows, POLICY_TRIAL_PLAIN_SPLIT)])
+
+
+def _met_words(table_rows):
+    """'Within 5% of the better fixed choice in **N of M cells**, not more than 3%
+    slower than `dist_sync` in **K of M**' of a _policy_pass_rows table."""
+    within, not_slower = met(table_rows)
+    return ('Within 5%% of the better fixed choice in **%d of %d cells**, not more than '
+            '3%% slower than `dist_sync` in **%d of %d**'
+            % (within, len(table_rows), not_slower, len(table_rows)))
+
+
+def _missed_words(table_rows):
+    """The cells of a _policy_pass_rows table that miss a target, or 'none'."""
+    return ', '.join(_cell_words(row) for row in _missed(table_rows)) or 'none'
 
 
 def _missed(table_rows):
